@@ -1,0 +1,208 @@
+"""Matrix expansion: a Scenario becomes a list of Cells, each fully resolved, checked and stably named.
+
+A Cell carries everything a worker needs, so nothing downstream reads the scenario file again.  Its id is a
+short hash of the settings that change what is computed (not the scenario's name, timeouts or gates), so the
+same cell in two runs, two scenario files or on two machines has the same id, and `compare` can match them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from suite.models.presets import GptShape, LlamaShape, ModelShape, VitShape, resolve
+from suite.scenario import (
+    AXES,
+    Checkpointing,
+    Convergence,
+    Data,
+    Optimizer,
+    Precision,
+    Scenario,
+    ScenarioError,
+    SourceMap,
+)
+
+# Settings that do not change what a cell computes: left out of its id.
+_NOT_IN_ID = {"id", "scenario", "timeout_s", "gpu_memory_gb", "convergence", "repeats"}
+
+
+class Cell(BaseModel):
+    """One fully resolved point of a scenario's matrix: what one launch of the worker trains."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field("", description="Stable short hash of the settings below (filled in by expand).")
+    scenario: str = Field(description="Name of the scenario the cell came from.")
+    model: ModelShape
+    seq_len: int = Field(description="Tokens per sample (for vit: patches + class token).")
+    strategy: Literal["ddp", "zero1", "zero2", "zero3"]
+    activation_checkpointing: Checkpointing
+    precision: Precision
+    gpus: int = Field(description="World size.")
+    nodes: int
+    micro_batch_size: int
+    global_batch_size: int
+    grad_accum: int = Field(description="Micro-batches per rank per optimizer step.")
+    steps: int
+    warmup_steps: int
+    seed: int
+    optimizer: Optimizer
+    data: Data
+    launcher: Literal["torchrun", "ray"]
+    device: Literal["auto", "cuda", "cpu"]
+    bucket_cap_mb: float
+    measure_peaks: bool
+    compile: bool
+    threads_per_rank: int
+    timeout_s: int
+    gpu_memory_gb: float | None
+    repeats: int
+    convergence: Convergence | None
+
+    def settings(self) -> dict[str, Any]:
+        """The resolved settings that define the cell (what its id hashes)."""
+        return {k: v for k, v in self.model_dump(mode="json").items() if k not in _NOT_IN_ID}
+
+    def axes(self) -> dict[str, Any]:
+        """The cell's value on each axis, with the model given by its preset name when it has one."""
+        values = {axis: getattr(self, axis) for axis in AXES}
+        values["model"] = model_label(self.model)
+        return values
+
+
+def model_label(shape: GptShape | LlamaShape | VitShape) -> str:
+    if shape.preset:
+        return shape.preset
+    return f"{shape.family}-L{shape.layers}-h{shape.hidden}"
+
+
+def cell_id(settings: dict[str, Any]) -> str:
+    blob = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def _matches(entry: dict[str, Any], axes: dict[str, Any]) -> bool:
+    """Whether an `exclude` entry (a partial cell) matches; `fsdp` is the alias of `zero3` there too."""
+    return all(axes.get(k) == ("zero3" if k == "strategy" and v == "fsdp" else v) for k, v in entry.items())
+
+
+def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap) -> list[str]:
+    """Problems that make one combination impossible, each naming the field's line and the numbers."""
+    problems = []
+    gpus, micro, glob = combo["gpus"], combo["micro_batch_size"], combo["global_batch_size"]
+    if glob % (micro * gpus):
+        problems.append(
+            f"{src.where('global_batch_size')}: global_batch_size {glob} is not divisible by "
+            f"micro_batch_size {micro} x gpus {gpus}"
+        )
+    if combo["nodes"] > 1 and scenario.launcher != "ray":
+        problems.append(f"{src.where('nodes')}: nodes {combo['nodes']} > 1 needs launcher: ray (got torchrun)")
+    if gpus % combo["nodes"]:
+        problems.append(f"{src.where('gpus')}: gpus {gpus} is not divisible by nodes {combo['nodes']}")
+    seq = combo["seq_len"]
+    if isinstance(shape, VitShape):
+        if seq is not None and seq != shape.tokens:
+            problems.append(
+                f"{src.where('seq_len')}: seq_len {seq} does not fit vit: it is fixed at {shape.tokens} "
+                f"((image_size/patch_size)^2 + 1); leave seq_len out"
+            )
+        if scenario.data.kind == "text":
+            problems.append(f"{src.where('data')}: data kind text needs a gpt or llama model, not vit")
+    else:
+        if seq is None:
+            problems.append(f"{src.where('seq_len')}: seq_len is required for {shape.family} models")
+        elif isinstance(shape, GptShape) and seq > shape.max_seq_len:
+            problems.append(
+                f"{src.where('seq_len')}: seq_len {seq} exceeds max_seq_len {shape.max_seq_len} "
+                f"of model {model_label(shape)} (learned positions)"
+            )
+        if scenario.data.kind == "cifar10":
+            problems.append(f"{src.where('data')}: data kind cifar10 needs a vit model, not {shape.family}")
+        if scenario.data.kind == "text" and shape.vocab < 256:
+            problems.append(f"{src.where('data')}: data kind text is byte-level: vocab {shape.vocab} < 256")
+    return problems
+
+
+def _check_match(scenario: Scenario, src: SourceMap) -> list[str]:
+    match = scenario.convergence.match if scenario.convergence else None
+    if match is None:
+        return []
+    values = scenario.axis_values(match.axis)
+    if match.axis == "strategy":
+        values = ["zero3" if v == "fsdp" else v for v in values]
+        value = "zero3" if match.value == "fsdp" else match.value
+    else:
+        value = match.value
+    if value not in values:
+        return [f"{src.where('convergence', 'match')}: match {match.axis}: {match.value!r} is not among "
+                f"the scenario's {match.axis} values {values}"]
+    return []
+
+
+def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
+    """All cells of the scenario, excluded ones dropped; ScenarioError if any remaining cell is impossible."""
+    src = source or SourceMap(f"<{scenario.name}>", {})
+    problems: list[str] = _check_match(scenario, src)
+    shared = {
+        "scenario": scenario.name,
+        **{k: getattr(scenario, k) for k in (
+            "steps", "warmup_steps", "seed", "optimizer", "data", "launcher", "device", "bucket_cap_mb",
+            "measure_peaks", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats", "convergence")},
+    }
+    cells: list[Cell] = []
+    for values in itertools.product(*(scenario.axis_values(a) for a in AXES)):
+        combo = dict(zip(AXES, values))
+        shape = resolve(combo["model"])
+        if combo["strategy"] == "fsdp":
+            combo["strategy"] = "zero3"
+        combo["model"] = model_label(shape)
+        if any(_matches(entry, combo) for entry in scenario.exclude):
+            continue
+        issues = _check(combo, shape, scenario, src)
+        if issues:
+            problems.extend(f"{p} (cell {_describe(combo)})" for p in issues)
+            continue
+        resolved = {
+            **shared,
+            **combo,
+            "model": shape,
+            "seq_len": shape.tokens if isinstance(shape, VitShape) else combo["seq_len"],
+            "grad_accum": combo["global_batch_size"] // (combo["micro_batch_size"] * combo["gpus"]),
+        }
+        cell = Cell(**resolved)
+        cells.append(cell.model_copy(update={"id": cell_id(cell.settings())}))
+    if not cells and not problems:
+        problems.append(f"{src.where('exclude')}: exclude drops every cell of the scenario")
+    if problems:
+        raise ScenarioError(_dedupe(problems))
+    return cells
+
+
+def _describe(combo: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in combo.items() if k in ("model", "seq_len", "strategy", "gpus",
+                                                                     "micro_batch_size", "global_batch_size", "nodes"))
+
+
+def _dedupe(problems: list[str], limit: int = 20) -> list[str]:
+    """The same problem in many cells is reported once per distinct message, with the first cell named."""
+    seen: dict[str, str] = {}
+    for p in problems:
+        key = p.split(" (cell ")[0]
+        seen.setdefault(key, p)
+    out = list(seen.values())
+    if len(out) > limit:
+        out = out[:limit] + [f"... and {len(out) - limit} more problems"]
+    return out
+
+
+def load_cells(path: str) -> tuple[Scenario, list[Cell]]:
+    """Load, validate and expand a scenario file (ScenarioError on any problem)."""
+    from suite.scenario import load_scenario
+
+    scenario, source = load_scenario(path)
+    return scenario, expand(scenario, source)

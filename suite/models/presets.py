@@ -1,0 +1,147 @@
+"""Model shapes: the pydantic models a scenario uses to name a model, the presets, and exact parameter counts.
+
+Pure Python (no torch), because the planner runs on machines without torch.  The counting formulas here
+mirror the torch modules in gpt.py, llama.py and vit.py layer by layer; tests build those modules (on the
+meta device for the big ones) and assert the counts are equal, so the two cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: str | None = Field(None, description="Preset this shape came from (filled in by suite; omit it).")
+
+
+class GptShape(_Shape):
+    """GPT-2 style decoder: learned positions, pre-norm LayerNorm blocks with biases, GELU MLP, tied embeddings."""
+
+    family: Literal["gpt"] = Field(description="Model family: a GPT-2 style decoder.")
+    layers: int = Field(gt=0, description="Number of transformer blocks (L).")
+    hidden: int = Field(gt=0, description="Hidden size (h).")
+    heads: int = Field(gt=0, description="Attention heads (a); must divide hidden.")
+    vocab: int = Field(gt=0, description="Vocabulary size (GPT-2: 50257).")
+    ffn: int | None = Field(None, gt=0, description="MLP inner size; default 4 x hidden.")
+    max_seq_len: int = Field(1024, gt=0, description="Learned positional embeddings (GPT-2: 1024); caps seq_len.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "GptShape":
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        return self
+
+    @property
+    def ffn_size(self) -> int:
+        return self.ffn if self.ffn is not None else 4 * self.hidden
+
+    def num_parameters(self) -> int:
+        h, f = self.hidden, self.ffn_size
+        block = (
+            2 * h  # ln_1 weight + bias
+            + h * 3 * h + 3 * h  # fused qkv projection with bias
+            + h * h + h  # attention output projection
+            + 2 * h  # ln_2
+            + h * f + f  # mlp up
+            + f * h + h  # mlp down
+        )
+        embeddings = self.vocab * h + self.max_seq_len * h  # token (tied with the head) + positions
+        return embeddings + self.layers * block + 2 * h  # + final LayerNorm
+
+    def largest_layer_parameters(self) -> int:
+        return self.vocab * self.hidden
+
+
+class LlamaShape(_Shape):
+    """Llama style decoder: RMSNorm, SwiGLU MLP, rotary embeddings, grouped-query attention, untied head."""
+
+    family: Literal["llama"] = Field(description="Model family: a Llama style decoder.")
+    layers: int = Field(gt=0, description="Number of transformer blocks (L).")
+    hidden: int = Field(gt=0, description="Hidden size (h).")
+    heads: int = Field(gt=0, description="Query heads (a); must divide hidden.")
+    kv_heads: int = Field(gt=0, description="Key/value heads (grouped-query attention); must divide heads.")
+    ffn: int = Field(gt=0, description="SwiGLU inner size.")
+    vocab: int = Field(gt=0, description="Vocabulary size (Llama 3: 128256).")
+    rope_theta: float = Field(500000.0, gt=0, description="Rotary embedding base (Llama 3: 500000).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "LlamaShape":
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
+        return self
+
+    def num_parameters(self) -> int:
+        h, f = self.hidden, self.ffn
+        kv = self.kv_heads * (h // self.heads)
+        block = h * h + 2 * h * kv + h * h + 3 * h * f + 2 * h  # q, k+v, o, gate/up/down, two RMSNorms
+        return 2 * self.vocab * h + self.layers * block + h  # embedding + untied head + final RMSNorm
+
+    def largest_layer_parameters(self) -> int:
+        return self.vocab * self.hidden
+
+
+class VitShape(_Shape):
+    """torchvision's VisionTransformer (the seed workload): patch conv, class token, encoder, linear head."""
+
+    family: Literal["vit"] = Field(description="Model family: torchvision.models.VisionTransformer.")
+    image_size: int = Field(32, gt=0, description="Square input image side in pixels.")
+    patch_size: int = Field(4, gt=0, description="Square patch side; must divide image_size.")
+    layers: int = Field(12, gt=0, description="Encoder blocks (num_layers).")
+    heads: int = Field(8, gt=0, description="Attention heads (num_heads).")
+    hidden: int = Field(384, gt=0, description="Hidden size (hidden_dim).")
+    mlp: int = Field(768, gt=0, description="MLP inner size (mlp_dim).")
+    num_classes: int = Field(10, gt=0, description="Classifier outputs.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "VitShape":
+        if self.image_size % self.patch_size:
+            raise ValueError(f"image_size {self.image_size} is not divisible by patch_size {self.patch_size}")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        return self
+
+    @property
+    def tokens(self) -> int:
+        """Sequence length the encoder sees: one token per patch plus the class token."""
+        return (self.image_size // self.patch_size) ** 2 + 1
+
+    def num_parameters(self) -> int:
+        h, m = self.hidden, self.mlp
+        stem = 3 * self.patch_size**2 * h + h + h + self.tokens * h  # conv_proj, class token, pos embedding
+        block = 2 * h + 3 * h * h + 3 * h + h * h + h + 2 * h + h * m + m + m * h + h
+        return stem + self.layers * block + 2 * h + h * self.num_classes + self.num_classes
+
+    def largest_layer_parameters(self) -> int:
+        return max(3 * self.hidden * self.hidden, self.hidden * self.mlp)
+
+
+ModelShape = Annotated[Union[GptShape, LlamaShape, VitShape], Field(discriminator="family")]
+
+# Published shapes.  GPT-2 sizes from the GPT-2 paper / Hugging Face configs; Llama 3 from Meta's model cards;
+# vit-cifar10 is the seed workload of ../shared/reference.md.
+PRESETS: dict[str, GptShape | LlamaShape | VitShape] = {
+    "gpt-tiny": GptShape(family="gpt", layers=2, hidden=64, heads=4, vocab=256, max_seq_len=256),
+    "gpt2-small": GptShape(family="gpt", layers=12, hidden=768, heads=12, vocab=50257),
+    "gpt2-medium": GptShape(family="gpt", layers=24, hidden=1024, heads=16, vocab=50257),
+    "gpt2-large": GptShape(family="gpt", layers=36, hidden=1280, heads=20, vocab=50257),
+    "gpt2-xl": GptShape(family="gpt", layers=48, hidden=1600, heads=25, vocab=50257),
+    "llama-tiny": LlamaShape(family="llama", layers=2, hidden=64, heads=4, kv_heads=2, ffn=172, vocab=256),
+    "llama3-8b": LlamaShape(family="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256),
+    "llama3-70b": LlamaShape(family="llama", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, vocab=128256),
+    "vit-cifar10": VitShape(family="vit"),
+}
+
+
+def resolve(model: "str | GptShape | LlamaShape | VitShape") -> "GptShape | LlamaShape | VitShape":
+    """A preset name or an inline shape -> the shape, with `preset` filled in for named ones."""
+    if isinstance(model, str):
+        if model not in PRESETS:
+            raise ValueError(f"unknown model preset {model!r}; known: {', '.join(PRESETS)}")
+        return PRESETS[model].model_copy(update={"preset": model})
+    return model

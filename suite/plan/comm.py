@@ -1,0 +1,24 @@
+"""Bytes each rank communicates per optimizer step (../shared/reference.md, in units of Psi elements).
+
+- ddp:   all-reduce of gradients = 2 Psi (ring: reduce-scatter + all-gather).
+- zero1: torch's ZeroRedundancyOptimizer under DDP = all-reduce (2 Psi) + each shard's owner broadcasts it
+         (Psi) = 3 Psi.  (The ZeRO paper's ZeRO-1, reduce-scatter + all-gather, is 2 Psi.)
+- zero2: reduce-scatter of gradients + all-gather of updated parameters = 2 Psi.
+- zero3: all-gather in forward + all-gather in backward per micro-batch, + one reduce-scatter = (2 k + 1) Psi
+         with k micro-batches per step (k = 1 gives the textbook 3 Psi).
+Element size: 4 bytes in fp32, 2 in mixed precision.  A single rank communicates nothing.
+"""
+
+from __future__ import annotations
+
+
+def comm_bytes_per_step(num_parameters: int, strategy: str, precision: str, world: int, grad_accum: int) -> float:
+    if world <= 1:
+        return 0.0
+    elements = {
+        "ddp": 2,
+        "zero1": 3,
+        "zero2": 2,
+        "zero3": 2 * grad_accum + 1,
+    }[strategy]
+    return float(elements * num_parameters * (4 if precision == "fp32" else 2))

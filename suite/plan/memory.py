@@ -1,0 +1,65 @@
+"""Per-rank memory: the ZeRO paper's static model and Korthikanti et al.'s activation model.
+
+Static memory (arXiv 1910.02054), Psi parameters, N ranks, Adam:
+  mixed precision: 2 Psi params (16-bit) + 2 Psi grads (16-bit) + 4 Psi fp32 master weights + 8 Psi moments
+  fp32:            4 Psi params + 4 Psi grads + 8 Psi moments (no separate master copy)
+ZeRO-1 shards the optimizer states and master weights over N, ZeRO-2 also the gradients, ZeRO-3 (FSDP) also
+the parameters.  DDP shards nothing.  Real implementations add buffers (FSDP's unsharded layer, DDP's buckets);
+the measured numbers stand beside these, with the ratio, rather than being folded into them.
+
+Activations (Korthikanti et al. 2022), bytes per layer with 16-bit activations, no parallelism:
+  none:      s b h (34 + 5 a s / h)     (the 5 a s / h term is the s x s attention scores, softmax, dropout)
+  selective: s b h 34                   (attention core recomputed)
+  full:      2 s b h                    (only each layer's input kept)
+This is the textbook formula.  Fused attention (flash / memory-efficient SDPA) never materializes the s x s
+scores, so on GPUs `none` comes out well below it; suite measures the difference instead of hiding it.  For
+fp32 activations the bytes are doubled (every 16-bit tensor of the derivation is 4 bytes instead).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+# bytes per parameter per rank before sharding: (params, grads, master weights, optimizer states)
+_BYTES = {"fp32": (4, 4, 0, 8), "mixed": (2, 2, 4, 8)}
+# which of (params, grads, master, optimizer) each strategy shards over the N ranks
+_SHARDED = {
+    "ddp": (False, False, False, False),
+    "zero1": (False, False, True, True),
+    "zero2": (False, True, True, True),
+    "zero3": (True, True, True, True),
+}
+STRATEGY_FAMILY = {"ddp": "ddp", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3"}
+
+
+class MemoryBreakdown(BaseModel):
+    """Per-rank bytes, by what holds them."""
+
+    parameters: float
+    gradients: float
+    optimizer_states: float
+    master_weights: float
+    activations: float
+    total: float
+
+
+def static_bytes(num_parameters: int, strategy: str, precision: str, world: int) -> dict[str, float]:
+    """Parameters, gradients, master weights and Adam states per rank, in bytes."""
+    per_param = _BYTES["fp32" if precision == "fp32" else "mixed"]
+    sharded = _SHARDED[STRATEGY_FAMILY[strategy]]
+    params, grads, master, optim = (
+        num_parameters * b / (world if s else 1) for b, s in zip(per_param, sharded)
+    )
+    return {"parameters": params, "gradients": grads, "optimizer_states": optim, "master_weights": master}
+
+
+def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, precision: str) -> float:
+    """Textbook activation bytes for one micro-batch over all layers (see the module docstring)."""
+    s, b, h, a, layers = seq_len, micro_batch, shape.hidden, shape.heads, shape.layers
+    per_layer = {
+        "none": s * b * h * (34 + 5 * a * s / h),
+        "selective": s * b * h * 34,
+        "full": 2 * s * b * h,
+    }[checkpointing]
+    scale = 2 if precision == "fp32" else 1
+    return per_layer * layers * scale

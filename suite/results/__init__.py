@@ -1,0 +1,1 @@
+"""Result records (schema.py), run folders (store.py) and provenance (env.py)."""

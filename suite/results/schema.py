@@ -1,0 +1,201 @@
+"""Versioned result records: what a worker rank writes, and what the runner stores per cell.
+
+These are the contracts between the worker (torch side), the runner, and the report/compare code (which never
+imports torch).  Fixed keys, pydantic-validated on write and on read.  Bump SCHEMA_VERSION when a field changes
+meaning; readers refuse records of a newer version instead of misreading them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
+FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ----------------------------------------------------------------------------------------------- worker side
+class TensorBytes(_Record):
+    """Bytes held by this rank, counted from the tensors themselves (local shards only)."""
+
+    parameters: int
+    gradients: int
+    optimizer_states: int
+
+
+class CudaMemory(_Record):
+    """torch.cuda memory statistics, reset after warm-up."""
+
+    max_memory_allocated: int
+    max_memory_reserved: int
+    num_alloc_retries: int
+    num_ooms: int
+
+
+class PeakMemory(_Record):
+    """Peaks from the optional MemTracker / FSDPMemTracker pass (`measure_peaks: true`), bytes."""
+
+    activations: int = Field(description="Peak bytes of activations saved for backward.")
+    unsharded_parameters: int = Field(0, description="Peak bytes of all-gathered (unsharded) parameters (FSDP).")
+    total: int = Field(description="Peak of all tracked categories together.")
+    by_category: dict[str, int] = Field(default_factory=dict, description="Tracker's raw per-category peaks.")
+
+
+class SetupTimes(_Record):
+    """Seconds spent before the first training step, by phase."""
+
+    process_group: float
+    model_build: float
+    strategy: float = Field(description="Checkpointing, compile and sharding applied to the built model.")
+    data: float
+    total: float
+
+
+class RankRecord(_Record):
+    """Everything one worker rank measured for one cell (file: rank<R>.json in the cell's work folder)."""
+
+    schema_version: int = SCHEMA_VERSION
+    cell_id: str
+    rank: int
+    world_size: int
+    local_rank: int
+    hostname: str
+    node_ip: str | None = None
+    device: str = Field(description="torch device string, e.g. cpu or cuda:0.")
+    device_name: str = Field(description="Device model (torch.cuda.get_device_name) or the CPU model.")
+    status: Literal["ok", "diverged", "failed", "oom"]
+    error: str | None = None
+    losses: list[float] = Field(description="Global mean loss per optimizer step (identical on all ranks).")
+    step_times_s: list[float] = Field(description="Wall time of every optimizer step, device synchronized.")
+    warmup_steps: int = Field(description="The first this-many step_times_s are warm-up (excluded from stats).")
+    tokens_per_step: int = Field(description="Tokens (samples for vit) processed per optimizer step, all ranks.")
+    samples_per_step: int
+    tensor_bytes: TensorBytes | None = None
+    cuda_memory: CudaMemory | None = None
+    peaks: PeakMemory | None = None
+    setup_s: SetupTimes | None = None
+    train_s: float = 0.0
+    teardown_s: float = 0.0
+    extra: dict[str, Any] = Field(default_factory=dict, description="Strategy-specific facts (e.g. restarts).")
+
+
+# ----------------------------------------------------------------------------------------------- runner side
+class StepStats(_Record):
+    """Step-time statistics over the measured (post-warm-up) steps, seconds."""
+
+    n: int
+    median: float
+    p10: float
+    p90: float
+    mean: float
+
+
+class Throughput(_Record):
+    tokens_per_s: float
+    tokens_per_s_per_device: float
+    samples_per_s: float
+
+
+class Mfu(_Record):
+    """Model FLOPs utilisation and how it was computed; value None when the peak is unknown (CPUs, fp32)."""
+
+    value: float | None
+    formula: str
+    flops_per_token: float
+    peak_flops: float | None
+    peak_source: str | None
+    precision: str
+
+
+class MemoryComparison(_Record):
+    """Measured per-rank bytes beside the planner's prediction (rank 0; ratio = measured / predicted)."""
+
+    measured: dict[str, float | None]
+    predicted: dict[str, float]
+    ratio: dict[str, float | None]
+
+
+class Gate(_Record):
+    name: str = Field(description="min_loss_drop | max_final_loss | match | finite")
+    passed: bool
+    detail: str
+    step: int | None = Field(None, description="First failing step, where it applies.")
+
+
+class Overhead(_Record):
+    """Where a cell's wall time went, seconds: the harness's work stays outside train."""
+
+    launch: float = Field(description="From starting the launcher to the worker's first line of setup.")
+    setup: float
+    train: float
+    teardown: float
+    wall: float = Field(description="Whole cell, launcher start to launcher exit.")
+
+
+class RankInfo(_Record):
+    rank: int
+    hostname: str
+    node_ip: str | None = None
+    device_name: str
+
+
+class CellResult(_Record):
+    """One run of one cell (file: cells/<cell_id>-r<repeat>.json in the run folder)."""
+
+    schema_version: int = SCHEMA_VERSION
+    cell_id: str
+    repeat: int = 0
+    axes: dict[str, Any] = Field(description="The cell's axis values (model by preset name).")
+    cell: dict[str, Any] = Field(description="The full resolved cell, as the worker received it.")
+    status: Status
+    error: str | None = Field(None, description="Tail of the error output when the cell did not finish ok.")
+    started_at: str
+    finished_at: str
+    launcher: str
+    losses: list[float] = Field(default_factory=list)
+    final_loss: float | None = None
+    step_times_s: list[float] = Field(default_factory=list, description="Measured (post-warm-up) steps, rank 0.")
+    step_time: StepStats | None = None
+    throughput: Throughput | None = None
+    mfu: Mfu | None = None
+    memory: MemoryComparison | None = None
+    prediction: dict[str, Any] = Field(description="suite.plan.Prediction for the cell, dumped.")
+    overhead_s: Overhead | None = None
+    gates: list[Gate] = Field(default_factory=list)
+    ranks: list[RankInfo] = Field(default_factory=list)
+    restarts: int = 0
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class Manifest(_Record):
+    """The environment a run folder's results were obtained in (manifest.json)."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    scenario: str
+    created_at: str
+    command: list[str]
+    suite_version: str
+    git_commit: str | None
+    git_dirty: bool | None
+    python: str
+    torch: str | None
+    cuda: str | None
+    nccl: str | None
+    driver: str | None
+    devices: list[str]
+    device_count: int
+    cpu_model: str
+    hostname: str
+    container_image: str | None = Field(None, description="Image reference the cells ran in, if any.")
+    container_image_digest: str | None = None
+    seed: int
+    env: dict[str, str] = Field(description="Allowlisted environment variables only (never the whole env).")
+    extra: dict[str, Any] = Field(default_factory=dict, description="E.g. preflight all-reduce bus bandwidth.")

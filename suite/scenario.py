@@ -1,0 +1,281 @@
+"""Scenario files: the pydantic models of a scenario YAML file, and loading it with file:line errors.
+
+A scenario declares an experiment.  Every field listed in AXES may be a scalar or a list; lists are swept
+(cartesian product, see cells.py) and scalars are fixed.  Everything else is a scalar setting of the run.
+The models forbid unknown keys, so a typo is an error rather than a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from suite.models.presets import PRESETS, ModelShape
+
+Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp"]
+Checkpointing = Literal["none", "selective", "full"]
+Precision = Literal["fp32", "bf16-mixed", "fp16-mixed"]
+
+# The swept axes, in the order cells list them.  Cell ids and `exclude`/`match` keys use these names.
+AXES = (
+    "model",
+    "seq_len",
+    "strategy",
+    "activation_checkpointing",
+    "precision",
+    "gpus",
+    "nodes",
+    "micro_batch_size",
+    "global_batch_size",
+)
+
+PositiveInt = Annotated[int, Field(gt=0)]
+ModelRef = Union[str, ModelShape]
+
+
+def _axis(doc: str, default: Any = ...) -> Any:
+    """A field that takes one value or a non-empty list of values (swept)."""
+    return Field(default, description=doc + " A list is swept.")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Optimizer(_Strict):
+    """The optimizer every rank builds (the same for every strategy, so strategies stay comparable)."""
+
+    name: Literal["adamw", "adam", "sgd"] = Field("adamw", description="torch.optim class to use.")
+    lr: float = Field(3.0e-4, gt=0, description="Learning rate (constant; no schedule, so curves compare exactly).")
+    weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (AdamW) or L2 (others).")
+    betas: tuple[float, float] = Field((0.9, 0.95), description="Adam betas.")
+    fused: Literal["auto", True, False] = Field(
+        "auto", description="Fused AdamW kernel: auto = on CUDA only (it is what fast PyTorch uses)."
+    )
+
+
+class SyntheticData(_Strict):
+    """A learnable synthetic task: tokens from a fixed random Markov chain (text models) or class patterns (vit)."""
+
+    kind: Literal["synthetic"] = Field(description="Synthetic data, generated from the cell's seed.")
+
+
+class TextData(_Strict):
+    """Byte-level language modelling over text files."""
+
+    kind: Literal["text"] = Field(description="Byte-level text; vocab must be >= 256.")
+    path: str | None = Field(
+        None, description="File or folder of text files; default: the Python standard library's sources."
+    )
+
+
+class Cifar10Data(_Strict):
+    """torchvision's CIFAR-10 with the seed's transforms (vit models only)."""
+
+    kind: Literal["cifar10"] = Field(description="CIFAR-10 through torchvision.datasets.CIFAR10.")
+    root: str = Field("data/cifar10", description="Folder holding cifar-10-batches-py/.")
+    download: bool = Field(False, description="Download when missing (needs internet; off by default).")
+
+
+Data = Annotated[Union[SyntheticData, TextData, Cifar10Data], Field(discriminator="kind")]
+
+
+class MatchGate(_Strict):
+    """Loss curves must match the cell that differs only in one axis, e.g. {strategy: ddp, rtol: 1e-4}."""
+
+    axis: str = Field(description="The axis that differs (written as its key in the file: `strategy: ddp`).")
+    value: Any = Field(description="The reference cell's value on that axis.")
+    rtol: float = Field(1.0e-4, ge=0, description="Relative tolerance per step.")
+    atol: float = Field(0.0, ge=0, description="Absolute tolerance per step.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_mapping(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "axis" in data:
+            return data
+        rest = {k: v for k, v in data.items() if k not in ("rtol", "atol")}
+        if len(rest) != 1:
+            raise ValueError(f"match needs exactly one axis key besides rtol/atol, got {sorted(rest) or 'none'}")
+        (axis, value), = rest.items()
+        return {"axis": axis, "value": value, **{k: data[k] for k in ("rtol", "atol") if k in data}}
+
+    @field_validator("axis")
+    @classmethod
+    def _known_axis(cls, axis: str) -> str:
+        if axis not in AXES:
+            raise ValueError(f"match axis {axis!r} is not an axis; axes: {', '.join(AXES)}")
+        return axis
+
+
+class Convergence(_Strict):
+    """Optional gates a cell must pass after it ran; a cell that fails one is `gate-failed`."""
+
+    min_loss_drop: float | None = Field(None, description="First-minus-last loss must be at least this.")
+    max_final_loss: float | None = Field(None, description="The last loss must be at most this.")
+    match: MatchGate | None = Field(None, description="Curve must match the cell differing only in one axis.")
+
+
+class Scenario(_Strict):
+    """One experiment: a matrix of cells (axes) plus the settings they share."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", description="Slug; names the results folder.")
+    description: str = Field("", description="One line on what this scenario answers.")
+    launcher: Literal["torchrun", "ray"] = Field("torchrun", description="torchrun (one node) or ray (multi-node).")
+    device: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto = cuda when available, else cpu.")
+
+    model: ModelRef | list[ModelRef] = _axis("Preset name or inline shape ({family: gpt|llama|vit, ...}).")
+    seq_len: PositiveInt | list[PositiveInt] | None = _axis(
+        "Tokens per sample (gpt/llama; required). Fixed by image and patch size for vit.", None
+    )
+    strategy: Strategy | list[Strategy] = _axis("ddp | zero1 | zero2 | zero3 (alias fsdp).", "ddp")
+    activation_checkpointing: Checkpointing | list[Checkpointing] = _axis(
+        "none | selective (attention core recomputed) | full (each block recomputed).", "none"
+    )
+    precision: Precision | list[Precision] = _axis("fp32 | bf16-mixed | fp16-mixed.", "fp32")
+    gpus: PositiveInt | list[PositiveInt] = _axis("World size (processes; on CPU, processes).", 1)
+    nodes: PositiveInt | list[PositiveInt] = _axis("Nodes; > 1 only with launcher: ray.", 1)
+    micro_batch_size: PositiveInt | list[PositiveInt] = _axis("Samples per rank per forward pass.", 1)
+    global_batch_size: PositiveInt | list[PositiveInt] = _axis(
+        "Samples per optimizer step over all ranks; accumulation = global / (micro x gpus), exactly.", 1
+    )
+
+    steps: PositiveInt = Field(50, description="Optimizer steps per cell, warm-up included.")
+    warmup_steps: int = Field(5, ge=0, description="First steps excluded from timing (still in the loss curve).")
+    repeats: PositiveInt = Field(1, description="Times each cell is run (for timing statistics).")
+    seed: int = Field(0, ge=0, description="Seed for weights and data; identical on every rank and strategy.")
+    optimizer: Optimizer = Field(default_factory=Optimizer, description="Optimizer settings.")
+    data: Data = Field(default_factory=lambda: SyntheticData(kind="synthetic"), description="Training data.")
+    convergence: Convergence | None = Field(None, description="Optional convergence gates.")
+    gpu_memory_gb: float | None = Field(
+        None, gt=0, description="Memory of the target device in GB (1e9 bytes), for the `fits` column of plan."
+    )
+    timeout_s: PositiveInt = Field(1800, description="Wall-clock limit per cell; the cell is killed past it.")
+    exclude: list[dict[str, Any]] = Field(
+        default_factory=list, description="Partial cells to drop, as in CI matrix syntax: [{strategy: ddp, gpus: 1}]."
+    )
+    bucket_cap_mb: float = Field(25.0, gt=0, description="DDP gradient bucket size in MB.")
+    measure_peaks: bool = Field(
+        False, description="Run a short extra MemTracker pass for activation / unsharded-parameter peaks."
+    )
+    compile: bool = Field(False, description="torch.compile the model (after checkpointing, before sharding).")
+    threads_per_rank: PositiveInt = Field(1, description="torch intra-op threads per rank (CPU).")
+
+    @field_validator("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus", "nodes",
+                     "micro_batch_size", "global_batch_size", mode="before")
+    @classmethod
+    def _non_empty(cls, value: Any) -> Any:
+        if isinstance(value, list) and not value:
+            raise ValueError("an axis needs at least one value (the list is empty)")
+        return value
+
+    @field_validator("model", mode="after")
+    @classmethod
+    def _known_presets(cls, value: Any) -> Any:
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and item not in PRESETS:
+                raise ValueError(f"unknown model preset {item!r}; known: {', '.join(PRESETS)}")
+        return value
+
+    @field_validator("exclude")
+    @classmethod
+    def _exclude_axes(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for entry in value:
+            unknown = sorted(set(entry) - set(AXES))
+            if unknown or not entry:
+                raise ValueError(f"exclude entry {entry} names no axis or unknown keys {unknown}; axes: {', '.join(AXES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _warmup_below_steps(self) -> "Scenario":
+        if self.warmup_steps >= self.steps:
+            raise ValueError(f"warmup_steps {self.warmup_steps} must be below steps {self.steps}")
+        return self
+
+    def axis_values(self, axis: str) -> list[Any]:
+        value = getattr(self, axis)
+        return list(value) if isinstance(value, list) else [value]
+
+
+class ScenarioError(Exception):
+    """One or more problems in a scenario file, each already formatted as `file:line: field: message`."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _line_map(text: str) -> dict[tuple, int]:
+    """Map each key path in the YAML document, e.g. ('gpus', 2), to its 1-based line number."""
+    lines: dict[tuple, int] = {}
+
+    def walk(node: yaml.Node, path: tuple) -> None:
+        lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                child = path + (key.value,)
+                walk(value, child)
+                lines[child] = key.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode):
+            for i, value in enumerate(node.value):
+                walk(value, path + (i,))
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+class SourceMap:
+    """Where each field of a loaded scenario was written, for `file:line:` prefixes."""
+
+    def __init__(self, path: str, lines: dict[tuple, int]):
+        self.path, self.lines = path, lines
+
+    def where(self, *loc: Any) -> str:
+        key = tuple(loc)
+        while key and key not in self.lines:
+            key = key[:-1]
+        return f"{self.path}:{self.lines.get(key, 1)}"
+
+
+def _format_validation(err: ValidationError, source: SourceMap) -> list[str]:
+    problems = []
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and ("[" in p or p in ("list", "function-after"))))
+        field = ".".join(str(p) for p in loc) or "scenario"
+        msg = re.sub(r"^Value error, ", "", e["msg"])
+        got = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {e.get('input')!r})"
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (not allowed; check the spelling)"
+        problems.append(f"{source.where(*loc)}: {field}: {msg}{got}")
+    # Union types report one error per branch; keep the distinct lines, in order.
+    return list(dict.fromkeys(problems))
+
+
+def load_scenario(path: str | Path) -> tuple[Scenario, SourceMap]:
+    """Read and validate a scenario file; raise ScenarioError with `file:line: field: message` lines."""
+    path = Path(path)
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError([f"{name}: cannot read scenario file: {exc.strerror}"]) from exc
+    try:
+        data = yaml.safe_load(text)
+        source = SourceMap(name, _line_map(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError([f"{name}:{line}: malformed YAML: {problem}"]) from exc
+    if not isinstance(data, dict):
+        raise ScenarioError([f"{name}:1: a scenario file must be a mapping of keys, got {type(data).__name__}"])
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_format_validation(exc, source)) from exc
+    return scenario, source

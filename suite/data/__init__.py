@@ -1,0 +1,89 @@
+"""Deterministic training data: `build_data(cell, rank, world_size).micro_batches(step)`.
+
+The contract that lets a 2-rank run be compared with a 1-rank reference sample by sample:
+
+- The global batch of optimizer step t depends only on (cell.seed, t): every random number a step needs is
+  drawn from a fresh `torch.Generator` seeded from (seed, step), for the whole global batch, on every rank.
+  Nothing carries state from one step to the next, so steps can be produced in any order (and resumed).
+- Rank r takes the r-th contiguous slice of global_batch_size / world_size samples and splits it into
+  micro-batches of micro_batch_size.  So 1 rank x 4 micro-batches, 2 ranks x 2 and 4 ranks x 1 see the same
+  samples, in the same order, at every step.
+
+Drawing the global batch's random numbers (cheap: indices, offsets, choices) on every rank and materializing
+only the rank's own samples keeps each rank's work proportional to its slice.
+
+Kinds: synthetic.py (a Markov-chain token task, or class-pattern images for vit), text.py (byte-level LM over
+text files), cifar10.py (torchvision's CIFAR-10).  All tensors are returned on the CPU; the worker moves them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+_MASK = (1 << 63) - 1
+
+
+def mix(*values: int) -> int:
+    """A 63-bit seed from integers (splitmix64 steps): nearby (seed, step) pairs give unrelated streams."""
+    x = 0x9E3779B97F4A7C15
+    for v in values:
+        x = (x ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        x = (x ^ (x >> 31)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
+        x ^= x >> 29
+    return x & _MASK
+
+
+class Data:
+    """Base class: subclasses implement `sample(generator, global_size, start, count)`.
+
+    `sample` must draw all of its random numbers for the whole global batch (global_size samples) from the
+    generator, in an order that does not depend on start/count, and return only samples [start, start+count)
+    as (inputs, targets).
+    """
+
+    salt = 0  # distinguishes the streams of different data kinds with the same seed
+
+    def __init__(self, cell, rank: int, world_size: int):
+        glob, micro = cell.global_batch_size, cell.micro_batch_size
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside world_size {world_size}")
+        if glob % (micro * world_size):
+            raise ValueError(
+                f"global_batch_size {glob} is not divisible by micro_batch_size {micro} x world_size {world_size}"
+            )
+        self.seed, self.rank, self.world_size = cell.seed, rank, world_size
+        self.global_batch_size, self.micro_batch_size = glob, micro
+        self.per_rank = glob // world_size
+        self.grad_accum = self.per_rank // micro  # == cell.grad_accum when world_size == cell.gpus
+
+    def generator(self, step: int) -> torch.Generator:
+        return torch.Generator().manual_seed(mix(self.seed, self.salt, step))
+
+    def sample(self, g: torch.Generator, global_size: int, start: int, count: int) -> Batch:
+        raise NotImplementedError
+
+    def micro_batches(self, step: int) -> list[Batch]:
+        """This rank's grad_accum micro-batches (inputs, targets) for optimizer step `step`, on the CPU."""
+        inputs, targets = self.sample(self.generator(step), self.global_batch_size, self.rank * self.per_rank, self.per_rank)
+        m = self.micro_batch_size
+        return [(inputs[i * m:(i + 1) * m], targets[i * m:(i + 1) * m]) for i in range(self.grad_accum)]
+
+
+def build_data(cell, rank: int, world_size: int) -> Data:
+    """The data source for a cell (a suite.cells.Cell), for one rank of `world_size`."""
+    kind = cell.data.kind
+    if kind == "synthetic":
+        from suite.data.synthetic import synthetic_data
+
+        return synthetic_data(cell, rank, world_size)
+    if kind == "text":
+        from suite.data.text import TextData
+
+        return TextData(cell, rank, world_size)
+    if kind == "cifar10":
+        from suite.data.cifar10 import Cifar10Data
+
+        return Cifar10Data(cell, rank, world_size)
+    raise ValueError(f"data.kind {kind!r} is unknown; expected synthetic, text or cifar10")

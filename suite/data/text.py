@@ -1,0 +1,86 @@
+"""Byte-level language modelling over text files: every byte is a token (vocab 256), no tokenizer needed.
+
+The corpus is a file or a folder (`data.path` in the scenario).  By default it is the Python standard
+library's own .py sources, found next to `os.__file__`: they exist on every machine with Python, so the text
+kind needs no download.  (Their content differs between Python versions: compare text runs on the same one.)
+
+Reading is deterministic: files are taken in sorted order of their relative paths, folders starting with "."
+and `site-packages` / `dist-packages` / `__pycache__` are skipped (installed packages differ between machines),
+files with a NUL byte in their first 8 KiB are treated as binary and skipped, and reading stops after
+`MAX_BYTES` (8 MiB).  The whole corpus is one uint8 tensor in memory.
+
+Sampling a step: the step's generator draws one start position per sample of the global batch; this rank's
+samples are the windows of seq_len + 1 bytes at its positions; inputs = window[:-1], targets = window[1:].
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from suite.data import Batch, Data
+
+MAX_BYTES = 8 * 1024 * 1024
+_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
+
+
+def default_corpus() -> Path:
+    """The folder of the standard library's sources (the folder holding os.py)."""
+    return Path(os.__file__).resolve().parent
+
+
+def _files(root: Path) -> list[Path]:
+    if root.is_file():
+        return [root]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        # Prune in place so os.walk does not descend; sorted so the walk order is the same everywhere.
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
+        found.extend(Path(dirpath) / f for f in filenames if not f.startswith("."))
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def read_corpus(path: str | Path | None, max_bytes: int = MAX_BYTES) -> torch.Tensor:
+    """The corpus as a uint8 tensor: the first max_bytes bytes of the text files under `path`, in sorted order."""
+    root = default_corpus() if path is None else Path(path).expanduser()
+    if not root.exists():
+        raise FileNotFoundError(f"data.path {str(root)!r} does not exist (text data needs a file or a folder of text files)")
+    suffixes = {".py"} if path is None else None  # the default corpus: Python sources only
+    chunks, total = [], 0
+    for f in _files(root):
+        if suffixes is not None and f.suffix not in suffixes:
+            continue
+        with open(f, "rb") as fh:
+            blob = fh.read(max_bytes - total)
+        if b"\0" in blob[:8192]:
+            continue  # binary file
+        chunks.append(blob)
+        total += len(blob)
+        if total >= max_bytes:
+            break
+    if total == 0:
+        raise ValueError(f"data.path {str(root)!r} holds no text files (no readable non-binary file under it)")
+    return torch.frombuffer(bytearray(b"".join(chunks)), dtype=torch.uint8)
+
+
+class TextData(Data):
+    salt = 3
+
+    def __init__(self, cell, rank: int, world_size: int):
+        super().__init__(cell, rank, world_size)
+        self.path = cell.data.path
+        self.corpus = read_corpus(self.path)
+        self.seq_len = cell.seq_len
+        if len(self.corpus) < self.seq_len + 1:
+            raise ValueError(
+                f"data.path {self.path or str(default_corpus())!r} holds {len(self.corpus)} bytes of text, "
+                f"fewer than seq_len + 1 = {self.seq_len + 1}"
+            )
+
+    def sample(self, g: torch.Generator, global_size: int, start: int, count: int) -> Batch:
+        n = self.seq_len + 1
+        positions = torch.randint(len(self.corpus) - n + 1, (global_size,), generator=g)[start:start + count]
+        windows = self.corpus[positions[:, None] + torch.arange(n)].long()
+        return windows[:, :-1], windows[:, 1:]

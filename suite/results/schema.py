@@ -28,6 +28,11 @@ class TensorBytes(_Record):
     parameters: int
     gradients: int
     optimizer_states: int
+    master_weights: int = Field(
+        0,
+        description="A separate copy the optimizer updates, beside the compute parameters (FSDP2 zero2 keeps "
+        "fp32 shards while the unsharded parameters live through forward and backward); 0 when none.",
+    )
 
 
 class CudaMemory(_Record):

@@ -144,6 +144,20 @@ def _check_match(scenario: Scenario, src: SourceMap) -> list[str]:
     return []
 
 
+def _check_match_references(scenario: Scenario, cells: list[Cell], src: SourceMap) -> list[str]:
+    """Every cell gated by `match` needs its reference cell in the matrix (an `exclude` may have dropped it)."""
+    match = scenario.convergence.match if scenario.convergence else None
+    if match is None:
+        return []
+    value = "zero3" if match.axis == "strategy" and match.value == "fsdp" else match.value
+    present = {tuple(c.axes().items()) for c in cells}
+    for c in cells:
+        if tuple({**c.axes(), match.axis: value}.items()) not in present:
+            return [f"{src.where('convergence', 'match')}: match {match.axis}: {match.value!r}: the reference of "
+                    f"cell {c.id} ({_describe(c.axes())}) is not in the matrix (dropped by exclude?)"]
+    return []
+
+
 def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
     """All cells of the scenario, excluded ones dropped; ScenarioError if any remaining cell is impossible."""
     src = source or SourceMap(f"<{scenario.name}>", {})
@@ -178,6 +192,8 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
         cells.append(cell.model_copy(update={"id": cell_id(cell.settings())}))
     if not cells and not problems:
         problems.append(f"{src.where('exclude')}: exclude drops every cell of the scenario")
+    if not problems:
+        problems.extend(_check_match_references(scenario, cells, src))
     if problems:
         raise ScenarioError(_dedupe(problems))
     return cells

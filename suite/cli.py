@@ -15,6 +15,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reproducible
 
 def _load(path: Path):
     """Load and expand a scenario, or print its problems and exit 2."""
+    from rich.markup import escape  # problems quote the user's text: `[x]` in it is not rich markup
+
     from suite.cells import load_cells
     from suite.console import err_console
     from suite.scenario import ScenarioError
@@ -23,7 +25,7 @@ def _load(path: Path):
         return load_cells(str(path))
     except ScenarioError as exc:
         for problem in exc.problems:
-            err_console.print(f"[red]error:[/red] {problem}", highlight=False, soft_wrap=True)
+            err_console.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
 
 
@@ -39,7 +41,7 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario YAML files."
         except typer.Exit:
             failed = True
             continue
-        console.print(f"{f}: ok ({len(cells)} cells)", highlight=False)
+        console.print(f"{f}: ok ({len(cells)} cells)", highlight=False, markup=False, soft_wrap=True)
     if failed:
         raise typer.Exit(2)
 

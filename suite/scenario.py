@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator,
+)
 
 from suite.models.presets import PRESETS, ModelShape
 
@@ -34,7 +36,25 @@ AXES = (
 )
 
 PositiveInt = Annotated[int, Field(gt=0)]
-ModelRef = Union[str, ModelShape]
+
+
+def _known_preset(name: str) -> str:
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; known: {', '.join(PRESETS)}")
+    return name
+
+
+def _exclude_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(entry) - set(AXES))
+    if unknown or not entry:
+        raise ValueError(f"exclude entry {entry} names no axis or unknown keys {unknown}; axes: {', '.join(AXES)}")
+    return entry
+
+
+# Checked per item (not per field) so an error's line is the item's line in a block list.
+PresetName = Annotated[str, AfterValidator(_known_preset)]
+ModelRef = Union[PresetName, ModelShape]
+ExcludeEntry = Annotated[dict[str, Any], AfterValidator(_exclude_entry)]
 
 
 def _axis(doc: str, default: Any = ...) -> Any:
@@ -144,7 +164,9 @@ class Scenario(_Strict):
     )
 
     steps: PositiveInt = Field(50, description="Optimizer steps per cell, warm-up included.")
-    warmup_steps: int = Field(5, ge=0, description="First steps excluded from timing (still in the loss curve).")
+    warmup_steps: int = Field(
+        5, ge=0, validate_default=True, description="First steps excluded from timing (still in the loss curve)."
+    )
     repeats: PositiveInt = Field(1, description="Times each cell is run (for timing statistics).")
     seed: int = Field(0, ge=0, description="Seed for weights and data; identical on every rank and strategy.")
     optimizer: Optimizer = Field(default_factory=Optimizer, description="Optimizer settings.")
@@ -154,7 +176,7 @@ class Scenario(_Strict):
         None, gt=0, description="Memory of the target device in GB (1e9 bytes), for the `fits` column of plan."
     )
     timeout_s: PositiveInt = Field(1800, description="Wall-clock limit per cell; the cell is killed past it.")
-    exclude: list[dict[str, Any]] = Field(
+    exclude: list[ExcludeEntry] = Field(
         default_factory=list, description="Partial cells to drop, as in CI matrix syntax: [{strategy: ddp, gpus: 1}]."
     )
     bucket_cap_mb: float = Field(25.0, gt=0, description="DDP gradient bucket size in MB.")
@@ -172,28 +194,14 @@ class Scenario(_Strict):
             raise ValueError("an axis needs at least one value (the list is empty)")
         return value
 
-    @field_validator("model", mode="after")
+    @field_validator("warmup_steps")
     @classmethod
-    def _known_presets(cls, value: Any) -> Any:
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, str) and item not in PRESETS:
-                raise ValueError(f"unknown model preset {item!r}; known: {', '.join(PRESETS)}")
-        return value
-
-    @field_validator("exclude")
-    @classmethod
-    def _exclude_axes(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for entry in value:
-            unknown = sorted(set(entry) - set(AXES))
-            if unknown or not entry:
-                raise ValueError(f"exclude entry {entry} names no axis or unknown keys {unknown}; axes: {', '.join(AXES)}")
-        return value
-
-    @model_validator(mode="after")
-    def _warmup_below_steps(self) -> "Scenario":
-        if self.warmup_steps >= self.steps:
-            raise ValueError(f"warmup_steps {self.warmup_steps} must be below steps {self.steps}")
-        return self
+    def _warmup_below_steps(cls, warmup: int, info: ValidationInfo) -> int:
+        # A field validator (not a model one) so the error carries warmup_steps' line, not the document's.
+        steps = info.data.get("steps")
+        if steps is not None and warmup >= steps:
+            raise ValueError(f"warmup_steps {warmup} must be below steps {steps}")
+        return warmup
 
     def axis_values(self, axis: str) -> list[Any]:
         value = getattr(self, axis)
@@ -208,15 +216,24 @@ class ScenarioError(Exception):
         self.problems = problems
 
 
-def _line_map(text: str) -> dict[tuple, int]:
-    """Map each key path in the YAML document, e.g. ('gpus', 2), to its 1-based line number."""
+def _line_map(text: str) -> tuple[dict[tuple, int], list[str]]:
+    """Map each key path in the YAML document, e.g. ('gpus', 2), to its 1-based line number.
+
+    Also returns the keys written twice in one mapping (`line: key`): PyYAML silently keeps the last one,
+    which would hide a typo-level mistake, so load_scenario reports them.
+    """
     lines: dict[tuple, int] = {}
+    duplicates: list[str] = []
 
     def walk(node: yaml.Node, path: tuple) -> None:
         lines[path] = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 child = path + (key.value,)
+                if child in lines:
+                    first = lines[child]
+                    duplicates.append(f"{key.start_mark.line + 1}: {'.'.join(map(str, child))}: key given twice "
+                                      f"(first on line {first}); YAML would silently keep the last")
                 walk(value, child)
                 lines[child] = key.start_mark.line + 1
         elif isinstance(node, yaml.SequenceNode):
@@ -226,7 +243,7 @@ def _line_map(text: str) -> dict[tuple, int]:
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is not None:
         walk(root, ())
-    return lines
+    return lines, duplicates
 
 
 class SourceMap:
@@ -242,18 +259,59 @@ class SourceMap:
         return f"{self.path}:{self.lines.get(key, 1)}"
 
 
-def _format_validation(err: ValidationError, source: SourceMap) -> list[str]:
-    problems = []
+def _is_branch(part: Any) -> bool:
+    """Whether a part of a pydantic error loc names a union branch (`list[...]`, `str`) rather than a key."""
+    return isinstance(part, str) and ("[" in part or part in ("list", "str", "int", "constrained-int"))
+
+
+def _branch_fits(branch: str, value: Any) -> bool:
+    """Whether the input's shape selects this union branch: a list the list branch, a mapping a model."""
+    if branch.startswith("function-after["):  # a validated type, e.g. `function-after[_known_preset(), str]`
+        branch = branch[:-1].rsplit(", ", 1)[-1]
+    if branch.startswith("list"):
+        return isinstance(value, list)
+    if branch in ("str", "int", "constrained-int") or branch.startswith("literal["):
+        return not isinstance(value, (list, dict))
+    return isinstance(value, dict)  # models and tagged unions of models
+
+
+def _file_path(loc: tuple, data: Any) -> tuple | None:
+    """An error's loc as a path of keys/indices in the file; None if it comes from a branch the input rules out.
+
+    Axes are `X | list[X]` unions and pydantic reports a failure in every branch; only the branch the
+    input's shape selects says something useful (`gpus: two` is not a valid integer; that it is not a
+    list either is noise), so each problem is reported once.
+    """
+    path: list = []
+    for part in loc:
+        if _is_branch(part) and not (isinstance(data, dict) and part in data):  # a key may contain `[`
+            if not _branch_fits(part, data):
+                return None
+            continue
+        if isinstance(data, dict) and part in data or isinstance(data, list) and isinstance(part, int):
+            path.append(part)
+            data = data[part] if isinstance(data, dict) or part < len(data) else None
+        elif isinstance(data, dict) and part in (data.get("kind"), data.get("family")):
+            continue  # the discriminator's tag (`gpt`, `text`), not a key of the file
+        else:
+            path.append(part)  # a missing key: keep naming it, nothing left to descend into
+            data = None
+    return tuple(path)
+
+
+def _format_validation(err: ValidationError, source: SourceMap, data: Any) -> list[str]:
+    problems, fallback = [], []
     for e in err.errors():
-        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and ("[" in p or p in ("list", "function-after"))))
+        path = _file_path(e["loc"], data)
+        loc = path if path is not None else tuple(p for p in e["loc"] if not _is_branch(p))
         field = ".".join(str(p) for p in loc) or "scenario"
         msg = re.sub(r"^Value error, ", "", e["msg"])
-        got = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {e.get('input')!r})"
+        got = "" if e["type"] in ("missing", "extra_forbidden") or not loc else f" (got {e.get('input')!r})"
         if e["type"] == "extra_forbidden":
             msg = "unknown key (not allowed; check the spelling)"
-        problems.append(f"{source.where(*loc)}: {field}: {msg}{got}")
-    # Union types report one error per branch; keep the distinct lines, in order.
-    return list(dict.fromkeys(problems))
+        (problems if path is not None else fallback).append(f"{source.where(*loc)}: {field}: {msg}{got}")
+    # Keep the distinct lines, in order; the ruled-out branches only if nothing else explains the error.
+    return list(dict.fromkeys(problems or fallback))
 
 
 def load_scenario(path: str | Path) -> tuple[Scenario, SourceMap]:
@@ -266,16 +324,22 @@ def load_scenario(path: str | Path) -> tuple[Scenario, SourceMap]:
         raise ScenarioError([f"{name}: cannot read scenario file: {exc.strerror}"]) from exc
     try:
         data = yaml.safe_load(text)
-        source = SourceMap(name, _line_map(text))
+        lines, duplicates = _line_map(text)
+        source = SourceMap(name, lines)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         problem = getattr(exc, "problem", None) or str(exc)
+        context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and cmark is not None:  # e.g. an unclosed `[` is detected lines later: name where it began
+            problem += f" ({context} started on line {cmark.line + 1})"
         raise ScenarioError([f"{name}:{line}: malformed YAML: {problem}"]) from exc
+    if duplicates:
+        raise ScenarioError([f"{name}:{d}" for d in duplicates])
     if not isinstance(data, dict):
         raise ScenarioError([f"{name}:1: a scenario file must be a mapping of keys, got {type(data).__name__}"])
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise ScenarioError(_format_validation(exc, source)) from exc
+        raise ScenarioError(_format_validation(exc, source, data)) from exc
     return scenario, source

@@ -18,7 +18,8 @@ FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "g
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN / inf losses are facts (a diverged cell): write them as NaN / Infinity, not null, so they read back.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
 # ----------------------------------------------------------------------------------------------- worker side

@@ -66,7 +66,10 @@ class Cell(BaseModel):
 
     def settings(self) -> dict[str, Any]:
         """The resolved settings that define the cell (what its id hashes)."""
-        return {k: v for k, v in self.model_dump(mode="json").items() if k not in _NOT_IN_ID}
+        out = {k: v for k, v in self.model_dump(mode="json").items() if k not in _NOT_IN_ID}
+        # The preset is a name, not a setting: a shape written inline equal to a preset is the same cell.
+        out["model"] = {k: v for k, v in out["model"].items() if k != "preset"}
+        return out
 
     def axes(self) -> dict[str, Any]:
         """The cell's value on each axis, with the model given by its preset name when it has one."""
@@ -169,6 +172,7 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
             "measure_peaks", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats", "convergence")},
     }
     cells: list[Cell] = []
+    seen: set[str] = set()
     for values in itertools.product(*(scenario.axis_values(a) for a in AXES)):
         combo = dict(zip(AXES, values))
         shape = resolve(combo["model"])
@@ -189,7 +193,13 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
             "grad_accum": combo["global_batch_size"] // (combo["micro_batch_size"] * combo["gpus"]),
         }
         cell = Cell(**resolved)
-        cells.append(cell.model_copy(update={"id": cell_id(cell.settings())}))
+        cell = cell.model_copy(update={"id": cell_id(cell.settings())})
+        if cell.id in seen:  # two cells would share one results folder: refuse
+            problems.append(f"{src.where()}: cell {cell.id} ({_describe(combo)}) appears twice: an axis lists the "
+                            f"same value twice (fsdp is zero3; an inline shape may equal a preset)")
+            continue
+        seen.add(cell.id)
+        cells.append(cell)
     if not cells and not problems:
         problems.append(f"{src.where('exclude')}: exclude drops every cell of the scenario")
     if not problems:

@@ -123,6 +123,18 @@ class MatchGate(_Strict):
         (axis, value), = rest.items()
         return {"axis": axis, "value": value, **{k: data[k] for k in ("rtol", "atol") if k in data}}
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> Any:
+        # Files write the short form {strategy: ddp, rtol: ...}; without this the exported schema would only
+        # allow {axis, value} and an editor would flag every shipped match gate as invalid.
+        schema = handler(core_schema)
+        target = handler.resolve_ref_schema(schema)
+        for axis in AXES:
+            target["properties"][axis] = {"description": f"Short form: the reference cell's {axis}."}
+        target.pop("required", None)
+        target["minProperties"] = 1
+        return schema
+
     @field_validator("axis")
     @classmethod
     def _known_axis(cls, axis: str) -> str:

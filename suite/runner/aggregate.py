@@ -1,0 +1,127 @@
+"""From per-rank records to one cell's numbers: pure functions, no torch, no I/O.
+
+Conventions (stated once, used by every result):
+- Losses and step times are rank 0's.  Losses are the global mean (identical on every rank); step times are
+  device-synchronised wall times of whole optimizer steps.  The first `warmup_steps` are excluded from every
+  timing statistic (they still count in the loss curve).
+- Throughput = tokens (or samples) per step x measured steps / their summed time, i.e. per step / mean step
+  time: the rate a long run would sustain.  Per device divides by the world size.
+- MFU = flops_per_token x tokens/s per device / peak FLOP/s of the precision used, with flops_per_token from
+  the planner (6 Psi + 12 L h s, no recomputation counted).  No peak (CPUs, fp32, unknown devices) means no
+  MFU value; the accounting is stored anyway.
+- Memory: rank 0's measured bytes beside the planner's per-rank prediction, ratio = measured / predicted.
+- Overhead: launch (launcher start to the worker starting setup), setup, train, and teardown (everything
+  after the last step until the launcher exited: process-group teardown, process exit, launcher exit).
+  The four add up to the wall time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from suite.plan.flops import PEAK_SOURCE, peak_flops
+from suite.results.schema import MemoryComparison, Mfu, Overhead, RankRecord, StepStats, Throughput
+
+MFU_FORMULA = ("MFU = flops_per_token x tokens_per_s_per_device / peak_flops; "
+               "flops_per_token = 6 x params + 12 x layers x hidden x seq_len (no recomputation)")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
+    if not values:
+        raise ValueError("percentile of no values")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def measured_steps(record: RankRecord) -> list[float]:
+    """Step times after warm-up."""
+    return list(record.step_times_s[record.warmup_steps:])
+
+
+def step_stats(times: Sequence[float]) -> StepStats | None:
+    if not times:
+        return None
+    return StepStats(n=len(times), median=percentile(times, 50), p10=percentile(times, 10),
+                     p90=percentile(times, 90), mean=sum(times) / len(times))
+
+
+def throughput(record: RankRecord, times: Sequence[float]) -> Throughput | None:
+    if not times or sum(times) <= 0:
+        return None
+    mean = sum(times) / len(times)
+    tokens = record.tokens_per_step / mean
+    return Throughput(tokens_per_s=tokens, tokens_per_s_per_device=tokens / record.world_size,
+                      samples_per_s=record.samples_per_step / mean)
+
+
+def mfu(tp: Throughput | None, flops_per_token: float, device_name: str | None, precision: str) -> Mfu:
+    peak = peak_flops(device_name, precision)
+    value = None
+    if peak and tp is not None:
+        value = flops_per_token * tp.tokens_per_s_per_device / peak
+    return Mfu(value=value, formula=MFU_FORMULA, flops_per_token=flops_per_token, peak_flops=peak,
+               peak_source=PEAK_SOURCE if peak else None, precision=precision)
+
+
+def _ratio(measured: float | None, predicted: float | None) -> float | None:
+    if measured is None or not predicted:
+        return None
+    return measured / predicted
+
+
+def memory(record: RankRecord, predicted: dict[str, float]) -> MemoryComparison:
+    """Rank 0's measured bytes beside the planner's; `total_cuda` and `total_tracker` both compare to total."""
+    tb, cm, pk = record.tensor_bytes, record.cuda_memory, record.peaks
+    measured: dict[str, float | None] = {
+        "parameters": tb.parameters if tb else None,
+        "gradients": tb.gradients if tb else None,
+        "optimizer_states": tb.optimizer_states if tb else None,
+        "activations": pk.activations if pk else None,
+        "unsharded_parameters": pk.unsharded_parameters if pk else None,
+        "total_tracker": pk.total if pk else None,
+        "total_cuda": cm.max_memory_allocated if cm else None,
+        "reserved_cuda": cm.max_memory_reserved if cm else None,
+    }
+    ratio = {key: _ratio(measured[key], predicted.get(key))
+             for key in ("parameters", "gradients", "optimizer_states", "activations")}
+    ratio["total_tracker"] = _ratio(measured["total_tracker"], predicted.get("total"))
+    ratio["total_cuda"] = _ratio(measured["total_cuda"], predicted.get("total"))
+    return MemoryComparison(measured=measured, predicted=dict(predicted), ratio=ratio)
+
+
+def overhead(launch_start: float, launch_end: float, setup_done_t: float | None,
+             record: RankRecord | None) -> Overhead | None:
+    """Split the wall time; None without the worker's setup time and its setup_done event."""
+    if record is None or record.setup_s is None or setup_done_t is None:
+        return None
+    wall = launch_end - launch_start
+    setup = record.setup_s.total
+    launch = setup_done_t - setup - launch_start
+    train = record.train_s
+    return Overhead(launch=launch, setup=setup, train=train, teardown=wall - launch - setup - train, wall=wall)
+
+
+def aggregate(records: list[RankRecord], prediction: dict[str, Any], precision: str,
+              launch_start: float, launch_end: float, setup_done_t: float | None) -> dict[str, Any]:
+    """The CellResult fields computed from the rank records (rank 0 first); empty records give empty fields."""
+    if not records:
+        return {}
+    r0 = min(records, key=lambda r: r.rank)
+    times = measured_steps(r0)
+    tp = throughput(r0, times)
+    return {
+        "losses": list(r0.losses),
+        "final_loss": r0.losses[-1] if r0.losses else None,
+        "step_times_s": times,
+        "step_time": step_stats(times),
+        "throughput": tp,
+        # A CPU has no tabulated peak: never look one up by its model name.
+        "mfu": mfu(tp, prediction["flops_per_token"], None if r0.device.startswith("cpu") else r0.device_name,
+                   precision),
+        "memory": memory(r0, prediction["memory_bytes"]),
+        "overhead_s": overhead(launch_start, launch_end, setup_done_t, r0),
+    }

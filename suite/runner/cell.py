@@ -1,0 +1,137 @@
+"""One cell, one repeat: decide whether it can run, launch it, read its records, and build its CellResult.
+
+The status comes from structured facts only, never from log text:
+  interrupted / timeout      the launcher stopped it (Ctrl-C, or past timeout_s);
+  oom / diverged / failed    a rank's record says so (the worker writes a record on failure too);
+  failed                     a rank wrote no record, or the launcher exited non-zero;
+  ok                         every rank recorded ok and the launcher exited 0 (gates may still fail it).
+The worker's exit codes (3 diverged, 4 oom, 1 failed) decide only when no record says more (torchrun turns
+any worker failure into its own exit code 1, so records are what carry the cause through it).
+The tail of the worker's error or of the launcher's log is kept as `error`, for people, not for the status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from suite.launch import LaunchResult
+from suite.plan import predict
+from suite.results.schema import CellResult, RankInfo, RankRecord
+from suite.results.store import utc_iso
+from suite.runner import aggregate
+
+EXIT_CODES = {3: "diverged", 4: "oom", 1: "failed"}
+
+
+def resolve_device(cell, gpu_count: int) -> str:
+    if cell.device == "auto":
+        return "cuda" if gpu_count > 0 else "cpu"
+    return cell.device
+
+
+def cpu_process_cap() -> int:
+    """At most this many CPU ranks per cell: past it a 'benchmark' measures the scheduler, not training."""
+    return max(4, 2 * (os.cpu_count() or 1))
+
+
+def infeasible_reason(cell, prediction, gpu_count: int) -> str | None:
+    """Why the cell cannot run here (None when it can): predicted memory or missing devices."""
+    if prediction.fits is False:
+        return (f"predicted {prediction.memory_bytes.total / 1e9:.2f} GB per rank > gpu_memory_gb "
+                f"{cell.gpu_memory_gb:g} GB")
+    if cell.launcher != "torchrun":
+        return None  # a Ray cluster's devices are the Ray launcher's to check
+    if resolve_device(cell, gpu_count) == "cuda":
+        if cell.gpus > gpu_count:
+            return f"needs {cell.gpus} GPUs; this machine has {gpu_count}"
+    elif cell.gpus > cpu_process_cap():
+        return f"needs {cell.gpus} CPU ranks; the cap is {cpu_process_cap()} (2 x {os.cpu_count()} cores, min 4)"
+    return None
+
+
+def read_records(workdir: Path) -> tuple[list[RankRecord], list[str]]:
+    """Valid rank records of a work folder (by rank), and a problem line per unreadable one."""
+    records, problems = [], []
+    for path in sorted(Path(workdir).glob("rank*.json")):
+        try:
+            records.append(RankRecord.model_validate_json(path.read_text(encoding="utf-8")))
+        except (OSError, ValidationError, ValueError) as exc:
+            problems.append(f"{path.name}: unreadable record: {str(exc).splitlines()[0]}")
+    return sorted(records, key=lambda r: r.rank), problems
+
+
+def setup_done_time(workdir: Path) -> float | None:
+    path = Path(workdir) / "events.jsonl"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+        if event.get("event") == "setup_done":
+            return float(event["t"])
+    return None
+
+
+def classify(launch: LaunchResult, records: list[RankRecord], world: int,
+             problems: list[str] | None = None) -> tuple[str, str | None]:
+    """(status, error) of a launched cell; see the module docstring for the rules."""
+    if launch.interrupted:
+        return "interrupted", launch.error
+    if launch.timed_out:
+        return "timeout", launch.error
+    if launch.returncode is None:
+        return "failed", launch.error or "the launcher did not start"
+    for status in ("oom", "diverged", "failed"):
+        bad = [r for r in records if r.status == status]
+        if bad:
+            lines = (bad[0].error or status).strip().splitlines() or [status]
+            # the summary first (a traceback's last line is the exception), the rest of the error after it
+            return status, "\n".join([f"rank {bad[0].rank}: {lines[-1]}", *lines[:-1]])
+    missing = sorted(set(range(world)) - {r.rank for r in records})
+    if missing:
+        status = EXIT_CODES.get(launch.returncode, "failed") if launch.returncode else "failed"
+        why = "; ".join(problems or []) or f"rank(s) {missing} wrote no record"
+        return status, f"{why} (launcher exit code {launch.returncode})\n{launch.error or ''}".rstrip()
+    if launch.returncode != 0:
+        return "failed", f"launcher exit code {launch.returncode} although every rank recorded ok\n{launch.error or ''}"
+    return "ok", None
+
+
+def infeasible_result(cell, repeat: int, reason: str, session: str) -> CellResult:
+    now = utc_iso()
+    return CellResult(cell_id=cell.id, repeat=repeat, axes=cell.axes(), cell=cell.model_dump(mode="json"),
+                      status="infeasible", error=reason, started_at=now, finished_at=now, launcher=cell.launcher,
+                      prediction=predict(cell).model_dump(mode="json"), extra={"session": session})
+
+
+def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir: Path, device: str,
+                 session: str, extra: dict[str, Any] | None = None) -> CellResult:
+    """The CellResult of a launched cell, before gates (status ok, failed, oom, diverged, timeout, ...)."""
+    records, problems = read_records(workdir)
+    status, error = classify(launch, records, cell.gpus, problems)
+    prediction = predict(cell).model_dump(mode="json")
+    numbers = aggregate.aggregate(records, prediction, cell.precision, launch.started, launch.ended,
+                                  setup_done_time(workdir))
+    more = {"session": session, "work_dir": str(Path(workdir).relative_to(run_dir)), "device": device,
+            "returncode": launch.returncode, "wall_s": launch.ended - launch.started, **launch.extra,
+            **(extra or {})}
+    if problems:
+        more["record_problems"] = problems
+    restarts = max((int(r.extra.get("restarts", 0)) for r in records), default=0)
+    return CellResult(
+        cell_id=cell.id, repeat=repeat, axes=cell.axes(), cell=cell.model_dump(mode="json"), status=status,
+        error=error, started_at=utc_iso(launch.started or time.time()), finished_at=utc_iso(launch.ended or None),
+        launcher=launch.launcher, prediction=prediction,
+        ranks=[RankInfo(rank=r.rank, hostname=r.hostname, node_ip=r.node_ip, device_name=r.device_name)
+               for r in records],
+        restarts=restarts, extra=more, **numbers)

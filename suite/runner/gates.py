@@ -1,0 +1,124 @@
+"""Convergence gates: pure checks of a finished cell's loss curve (the scenario's `convergence:` block).
+
+- finite: every loss is a finite number (always checked for a cell that finished ok).
+- min_loss_drop: losses[0] - losses[-1] >= the threshold.
+- max_final_loss: losses[-1] <= the threshold.
+- match: the curve equals, step by step, the curve of the *reference* cell: the one whose axes are identical
+  except that the match axis holds the gate's value (`match: {strategy: ddp}` compares every ZeRO cell with
+  the DDP cell of the same model, batch, ...).  Step i passes when |loss - ref| <= atol + rtol x |ref|
+  (numpy's isclose).  Strategies, world sizes with the same global batch, and accumulation are the same
+  mathematics, so in fp32 they agree to ~1e-5; a cell with a different global batch does not.
+
+Reference cells run first (`order_cells`), so their results exist when the others are gated.  A cell whose
+reference did not run to the end (failed, timeout, diverged, ...) fails its match gate, and the detail says why.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from suite.results.schema import Gate
+
+
+def _norm(axis: str, value: Any) -> Any:
+    return "zero3" if axis == "strategy" and value == "fsdp" else value
+
+
+def is_reference(cell, match) -> bool:
+    return cell.axes()[match.axis] == _norm(match.axis, match.value)
+
+
+def reference_of(cell, cells: Sequence, match):
+    """The cell that differs from `cell` only in the match axis, holding the gate's value (None if absent)."""
+    if is_reference(cell, match):
+        return None
+    want = {**cell.axes(), match.axis: _norm(match.axis, match.value)}
+    for other in cells:
+        if other.axes() == want:
+            return other
+    return None
+
+
+def order_cells(cells: Sequence) -> list:
+    """Reference cells of a match gate first, the others after, each group in the scenario's order."""
+    def match_of(c):
+        return c.convergence.match if c.convergence else None
+
+    refs = [c for c in cells if match_of(c) and is_reference(c, match_of(c))]
+    return refs + [c for c in cells if c not in refs]
+
+
+def finite_gate(losses: Sequence[float]) -> Gate:
+    if not losses:
+        return Gate(name="finite", passed=False, detail="no losses were recorded", step=0)
+    for i, x in enumerate(losses):
+        if not math.isfinite(x):
+            return Gate(name="finite", passed=False, detail=f"loss at step {i} is {x}", step=i)
+    return Gate(name="finite", passed=True, detail=f"all {len(losses)} losses finite")
+
+
+def min_loss_drop_gate(losses: Sequence[float], threshold: float) -> Gate:
+    drop = losses[0] - losses[-1]
+    ok = drop >= threshold
+    return Gate(name="min_loss_drop", passed=ok, step=None if ok else len(losses) - 1,
+                detail=f"loss {losses[0]:.6g} -> {losses[-1]:.6g}: drop {drop:.6g} "
+                       f"{'>=' if ok else '<'} required {threshold:.6g}")
+
+
+def max_final_loss_gate(losses: Sequence[float], threshold: float) -> Gate:
+    ok = losses[-1] <= threshold
+    return Gate(name="max_final_loss", passed=ok, step=None if ok else len(losses) - 1,
+                detail=f"final loss {losses[-1]:.6g} {'<=' if ok else '>'} limit {threshold:.6g}")
+
+
+def curve_gate(losses: Sequence[float], ref: Sequence[float], rtol: float, atol: float, ref_label: str) -> Gate:
+    """Step-by-step isclose of two curves; fails at the first step that differs (or a length mismatch)."""
+    worst_abs, worst_rel = 0.0, 0.0
+    for i, (x, y) in enumerate(zip(losses, ref)):
+        diff = abs(x - y)
+        if not (math.isfinite(x) and math.isfinite(y)) or diff > atol + rtol * abs(y):
+            return Gate(name="match", passed=False, step=i,
+                        detail=f"step {i}: loss {x!r} vs {ref_label} {y!r}: |diff| {diff:.3g} > "
+                               f"atol {atol:g} + rtol {rtol:g} x {abs(y):.6g}")
+        worst_abs = max(worst_abs, diff)
+        worst_rel = max(worst_rel, diff / abs(y) if y else 0.0)
+    if len(losses) != len(ref):
+        n = min(len(losses), len(ref))
+        return Gate(name="match", passed=False, step=n,
+                    detail=f"{len(losses)} steps vs {len(ref)} steps of {ref_label}")
+    return Gate(name="match", passed=True,
+                detail=f"{len(losses)} steps within rtol {rtol:g} / atol {atol:g} of {ref_label} "
+                       f"(max |diff| {worst_abs:.3g}, max rel {worst_rel:.3g})")
+
+
+def match_gate(cell, losses: Sequence[float], match, ref_cell, ref_result) -> Gate:
+    """The match gate of `cell`, given its reference cell (or None) and that cell's result (or None)."""
+    want = f"{match.axis}={match.value}"
+    if is_reference(cell, match):
+        return Gate(name="match", passed=True, detail=f"this cell is the reference ({want})")
+    if ref_cell is None:
+        return Gate(name="match", passed=False, detail=f"no cell in the scenario differs only in {want}")
+    label = f"reference {ref_cell.id} ({want})"
+    if ref_result is None:
+        return Gate(name="match", passed=False, detail=f"{label} has no result in this run")
+    if ref_result.status not in ("ok", "gate-failed"):  # a gate-failed reference still has a whole curve
+        why = f": {ref_result.error.strip().splitlines()[0]}" if ref_result.error else ""
+        return Gate(name="match", passed=False, detail=f"{label} did not finish ok (status {ref_result.status}{why})")
+    return curve_gate(losses, ref_result.losses, match.rtol, match.atol, label)
+
+
+def loss_gates(losses: Sequence[float], convergence) -> list[Gate]:
+    """finite always; min_loss_drop / max_final_loss when the scenario sets them (and the curve is finite)."""
+    gates = [finite_gate(losses)]
+    if not gates[0].passed or convergence is None:
+        return gates
+    if convergence.min_loss_drop is not None:
+        gates.append(min_loss_drop_gate(losses, convergence.min_loss_drop))
+    if convergence.max_final_loss is not None:
+        gates.append(max_final_loss_gate(losses, convergence.max_final_loss))
+    return gates
+
+
+def first_failure(gates: Sequence[Gate]) -> Gate | None:
+    return next((g for g in gates if not g.passed), None)

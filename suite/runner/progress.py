@@ -1,0 +1,136 @@
+"""What `suite run` shows while it works: cells done and left, the current cell, its step and loss, elapsed.
+
+The current cell's step and loss come from the worker's events.jsonl (rank 0 appends one JSON line per step),
+read incrementally: display only, never a source of results.  On a terminal the status is a rich Live panel;
+otherwise (CI logs, pipes) it prints one plain line per event, with step lines at most every few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.text import Text
+
+STEP_LINE_EVERY_S = 5.0
+
+
+class EventTail:
+    """Reads the lines appended to a worker's events.jsonl since the last call (a partial last line waits)."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.buffer = Path(path), 0, ""
+        self.step: int | None = None
+        self.loss: float | None = None
+        self.setup_done = False
+
+    def poll(self) -> list[dict]:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+                self.offset = f.tell()
+        except FileNotFoundError:
+            return []
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split("\n")
+        events = []
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # not a whole record; the worker writes whole lines, so this is a cut-off tail
+            events.append(event)
+            if event.get("event") == "step":
+                self.step, self.loss = event.get("step"), event.get("loss")
+            elif event.get("event") == "setup_done":
+                self.setup_done = True
+        return events
+
+
+def _num(x) -> str:
+    return f"{x:.4g}" if isinstance(x, (int, float)) else "-"
+
+
+def _axes(cell) -> str:
+    return " ".join(f"{k}={v}" for k, v in cell.axes().items())
+
+
+class RunProgress:
+    """Progress of one `suite run`; `live=None` picks a Live panel on a terminal and plain lines otherwise."""
+
+    def __init__(self, total: int, console: Console, live: bool | None = None):
+        self.total, self.done, self.console = total, 0, console
+        self.live_mode = console.is_terminal if live is None else live
+        self.t0 = time.monotonic()
+        self.cell, self.repeat, self.tail, self.cell_t0 = None, 0, None, 0.0
+        self.counts: dict[str, int] = {}
+        self.last_line = 0.0
+        self.live = Live(console=console, refresh_per_second=4, transient=True) if self.live_mode else None
+        if self.live:
+            self.live.start()
+
+    # -------------------------------------------------------------------------------------------- events
+    def note(self, message: str) -> None:
+        self.console.print(message, highlight=False, markup=False, soft_wrap=True)
+
+    def start_cell(self, cell, repeat: int, workdir: Path) -> None:
+        self.cell, self.repeat, self.tail, self.cell_t0 = cell, repeat, EventTail(Path(workdir) / "events.jsonl"), time.monotonic()
+        self.last_line = time.monotonic()
+        if not self.live:
+            self.note(f"[{self.done + 1}/{self.total}] {cell.id}-r{repeat} started: {_axes(cell)}")
+        self._refresh()
+
+    def poll(self) -> None:
+        if self.tail is None:
+            return
+        events = self.tail.poll()
+        if not self.live:
+            now = time.monotonic()
+            for e in events:
+                if e.get("event") == "setup_done":
+                    self.note(f"    setup done ({now - self.cell_t0:.1f} s)")
+                elif e.get("event") == "step" and now - self.last_line >= STEP_LINE_EVERY_S:
+                    self.last_line = now
+                    self.note(f"    step {e.get('step')}/{self.cell.steps} loss {_num(e.get('loss'))} "
+                              f"({now - self.cell_t0:.1f} s)")
+        self._refresh()
+
+    def end_cell(self, result) -> None:
+        self.done += 1
+        self.counts[result.status] = self.counts.get(result.status, 0) + 1
+        loss = f", final loss {result.final_loss:.4g}" if result.final_loss is not None else ""
+        why = ""
+        if result.status != "ok" and result.error:
+            why = f": {result.error.strip().splitlines()[0][:200]}"
+        took = f" in {time.monotonic() - self.cell_t0:.1f} s" if self.tail is not None else ""
+        line = f"[{self.done}/{self.total}] {result.cell_id}-r{result.repeat} {result.status}{took}{loss}{why}"
+        self.note(line)
+        self.cell, self.tail = None, None
+        self._refresh()
+
+    def close(self) -> None:
+        if self.live:
+            self.live.stop()
+            self.live = None
+
+    # ------------------------------------------------------------------------------------------- display
+    def _refresh(self) -> None:
+        if not self.live:
+            return
+        elapsed = time.monotonic() - self.t0
+        counts = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "-"
+        text = Text.from_markup(f"[bold]cells[/bold] {self.done}/{self.total} done, {self.total - self.done} left "
+                                f"({escape(counts)})   [bold]elapsed[/bold] {elapsed:.0f} s")
+        if self.cell is not None:
+            step = self.tail.step if self.tail else None
+            loss = self.tail.loss if self.tail else None
+            where = (f"step {step}/{self.cell.steps}  loss {_num(loss)}" if step is not None
+                     else "setting up" if not (self.tail and self.tail.setup_done) else "first step")
+            text.append(f"\ncurrent {self.cell.id}-r{self.repeat}  {where}  "
+                        f"({time.monotonic() - self.cell_t0:.0f} s)\n  {_axes(self.cell)}")
+        self.live.update(text)

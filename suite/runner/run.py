@@ -1,0 +1,204 @@
+"""`suite run`: every cell of a scenario, one after another, into one append-only run folder.
+
+    scenario -> cells (references of a match gate first) -> per cell and repeat:
+        infeasible? record it (no launch, unless --force)
+        else launch (torchrun / ray) -> rank records -> status -> numbers -> gates -> cells/<id>-r<k>.json
+
+A cell that fails never stops the run.  Ctrl-C or SIGTERM stops the current cell's processes and ends the run
+(exit code 128 + signal); the interrupted cell is NOT written to cells/ (so results stay final and are never
+overwritten), only noted in runlog.jsonl with its work folder.  `--resume` continues the latest (or a given)
+run folder: the stored scenario.yaml is expanded again and cells that already have a final result are
+skipped; a resumed cell runs in a new work folder (attempt a2, a3, ...), and each resume adds a manifest
+`resume-NN.json` for the environment of that session (results name their session in extra.session).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from suite.cells import Cell, expand, load_cells
+from suite.launch import DEFAULT_WORKER, launch
+from suite.plan import predict
+from suite.results import store
+from suite.results.env import build_manifest, torch_info
+from suite.results.schema import FINAL_STATUSES, CellResult
+from suite.runner.cell import build_result, infeasible_reason, infeasible_result, resolve_device
+from suite.runner.gates import first_failure, loss_gates, match_gate, order_cells, reference_of
+from suite.runner.progress import RunProgress
+from suite.scenario import Scenario, load_scenario
+
+
+class RunError(Exception):
+    """A problem with the request itself (bad --only id, nothing to resume); nothing was run."""
+
+
+@dataclass
+class RunOptions:
+    results: Path = Path("results")
+    only: list[str] = field(default_factory=list)
+    resume: bool = False
+    resume_dir: Path | None = None
+    repeats: int | None = None
+    force: bool = False
+    worker_module: str | None = None  # default: $SUITE_WORKER_MODULE or suite.worker (tests swap in a fake)
+    live: bool | None = None  # progress panel: None = when stderr is a terminal
+    command: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    results: list[CellResult]  # final results of the selected cells, in run order (earlier sessions too)
+    interrupted_by: str | None
+    exit_code: int
+
+
+def _select(cells: list[Cell], only: list[str]) -> tuple[list[Cell], list[str]]:
+    """Cells named by --only (id or unique id prefix), plus the references their match gates need."""
+    if not only:
+        return cells, []
+    chosen: list[Cell] = []
+    for key in only:
+        hits = [c for c in cells if c.id.startswith(key)]
+        if len(hits) != 1:
+            what = "no cell" if not hits else f"{len(hits)} cells"
+            raise RunError(f"--only {key}: {what} of the scenario match; cell ids: {', '.join(c.id for c in cells)}")
+        chosen += [h for h in hits if h not in chosen]
+    notes = []
+    for c in list(chosen):
+        match = c.convergence.match if c.convergence else None
+        ref = reference_of(c, cells, match) if match else None
+        if ref is not None and ref not in chosen:
+            chosen.append(ref)
+            notes.append(f"added {ref.id}: the reference of {c.id}'s match gate ({match.axis}={match.value})")
+    return [c for c in cells if c in chosen], notes
+
+
+def _open(file: Path | None, opts: RunOptions) -> tuple[Path | None, Scenario, list[Cell], dict]:
+    """(existing run folder or None, scenario, cells, options saved by the session that made the folder)."""
+    if not opts.resume:
+        if file is None:
+            raise RunError("a scenario file is needed (or --resume RUN_DIR)")
+        scenario, cells = load_cells(str(file))
+        return None, scenario, cells, {}
+    run_dir = opts.resume_dir
+    if run_dir is None:
+        if file is None:
+            raise RunError("--resume needs the scenario file or a run folder")
+        name = load_scenario(file)[0].name
+        run_dir = store.latest_run_dir(opts.results, name)
+        if run_dir is None:
+            raise RunError(f"--resume: no run folder of scenario {name!r} under {opts.results}")
+    if not store.is_run_dir(run_dir):
+        raise RunError(f"--resume: {run_dir} is not a run folder (NNNN_sha_utc with cells/)")
+    stored = Scenario.model_validate(yaml.safe_load((run_dir / "scenario.yaml").read_text(encoding="utf-8")))
+    if file is not None and load_scenario(file)[0].model_dump(mode="json") != stored.model_dump(mode="json"):
+        raise RunError(f"--resume: {file} differs from {run_dir}/scenario.yaml; start a new run instead")
+    saved = store.read_manifest(run_dir).extra.get("options", {})
+    return run_dir, stored, expand(stored), saved
+
+
+def _gate(cell: Cell, result: CellResult, cells: list[Cell], done: dict) -> CellResult:
+    gates = loss_gates(result.losses, cell.convergence)
+    match = cell.convergence.match if cell.convergence else None
+    if match is not None and gates[0].passed:
+        ref = reference_of(cell, cells, match)
+        ref_result = None if ref is None else done.get((ref.id, result.repeat)) or done.get((ref.id, 0))
+        gates.append(match_gate(cell, result.losses, match, ref, ref_result))
+    failed = first_failure(gates)
+    if failed is None:
+        return result.model_copy(update={"gates": gates})
+    where = f" at step {failed.step}" if failed.step is not None else ""
+    return result.model_copy(update={"gates": gates, "status": "gate-failed",
+                                     "error": f"gate {failed.name} failed{where}: {failed.detail}"})
+
+
+def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
+    """Run (or resume) a scenario; see the module docstring.  Raises RunError / ScenarioError before running."""
+    run_dir, scenario, cells, saved = _open(file, opts)
+    repeats = opts.repeats or saved.get("repeats")
+    force = opts.force or saved.get("force", False)
+    selected, notes = _select(cells, opts.only or saved.get("only", []))
+    worker = opts.worker_module or os.environ.get("SUITE_WORKER_MODULE") or DEFAULT_WORKER
+    options = {"repeats": repeats, "only": opts.only or saved.get("only", []), "force": force,
+               "worker_module": worker, "scenario_file": str(file) if file else None}
+    facts = torch_info()
+    gpu_count = len(facts.get("devices") or [])
+    if run_dir is None:
+        from suite.results.env import git_info
+
+        run_dir = store.create_run_dir(opts.results, scenario.name, git_info()[0])
+        store.write_atomic(run_dir / "scenario.yaml",
+                           yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+        session = "manifest.json"
+    else:
+        session = store.next_resume_name(run_dir)
+    manifest = build_manifest(run_dir.name, scenario.name, scenario.seed, opts.command or sys.argv,
+                              extra={"options": options}, torch_facts=facts)
+    store.write_manifest(run_dir, manifest, session)
+    store.append_runlog(run_dir, "resume" if session != "manifest.json" else "run_start", session=session)
+
+    plan = [(c, r) for c in order_cells(selected) for r in range(repeats or c.repeats)]
+    done = {(x.cell_id, x.repeat): x for x in store.read_cell_results(run_dir) if x.status in FINAL_STATUSES}
+    progress = RunProgress(len(plan), console, opts.live)
+    progress.note(f"run folder: {run_dir}")
+    for note in notes:
+        progress.note(note)
+    stop, received = threading.Event(), []
+
+    def on_signal(signum, _frame):
+        received.append(signum)
+        stop.set()
+
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for cell, repeat in plan:
+            if stop.is_set():
+                break
+            if (cell.id, repeat) in done:
+                progress.end_cell(done[(cell.id, repeat)])
+                continue
+            reason = infeasible_reason(cell, predict(cell), gpu_count)
+            if reason and not force:
+                result = infeasible_result(cell, repeat, reason, session)
+            else:
+                device = resolve_device(cell, gpu_count)
+                workdir = store.create_work_dir(run_dir, cell.id, repeat)
+                store.append_runlog(run_dir, "cell_start", cell=cell.id, repeat=repeat, work_dir=workdir.name)
+                progress.start_cell(cell, repeat, workdir)
+                launched = launch(cell, workdir, timeout_s=cell.timeout_s, stop=stop, on_poll=progress.poll,
+                                  worker_module=worker, device=device)
+                result = build_result(cell, repeat, launched, workdir, run_dir, device, session,
+                                      {"forced_infeasible": reason} if reason else None)
+                if result.status == "interrupted":
+                    store.append_runlog(run_dir, "cell_interrupted", cell=cell.id, repeat=repeat,
+                                        work_dir=workdir.name)
+                    progress.note(f"interrupted {cell.id}-r{repeat}: its processes were stopped; not recorded")
+                    break
+                if result.status == "ok":
+                    result = _gate(cell, result, cells, done)
+            store.write_cell_result(run_dir, result)
+            done[(cell.id, repeat)] = result
+            store.append_runlog(run_dir, "cell_end", cell=cell.id, repeat=repeat, status=result.status)
+            progress.end_cell(result)
+    finally:
+        progress.close()
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    results = [done[(c.id, r)] for c, r in plan if (c.id, r) in done]
+    if received:
+        name = signal.Signals(received[0]).name
+        store.append_runlog(run_dir, "interrupted", signal=name)
+        return RunOutcome(run_dir, results, name, 128 + received[0])
+    store.append_runlog(run_dir, "run_end", statuses=[x.status for x in results])
+    bad = any(x.status not in ("ok", "infeasible") for x in results)
+    return RunOutcome(run_dir, results, None, 1 if bad else 0)

@@ -1,0 +1,56 @@
+"""GitHub-flavoured Markdown: what people paste into READMEs, pull requests and CI job summaries.
+
+Columns come in a fixed order (tables.COLUMNS; axes that do not vary are stated once above the table instead of
+repeated in every row), every number's unit is in its header, and the long MFU accounting becomes a footnote.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite.report.load import Run
+from suite.report.pivots import Pivot
+from suite.report.tables import (AXIS_HEADERS, RUN_HEADERS, display_columns, fixed_axes, footnotes, groups, run_table,
+                                 text_table)
+
+
+def escape(text: Any) -> str:
+    """A table cell: pipes escaped, newlines flattened (GFM tables are one line per row)."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(escape(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(escape(v) for v in line) + " |" for line in body]
+    return "\n".join(lines)
+
+
+def pivot_markdown(p: Pivot, level: str = "###") -> str:
+    parts = [f"{level} {p.title}", "", f"_{p.question}_", "", table(p.header, p.rows)]
+    if p.notes:
+        parts += [""] + [f"- {n}" for n in p.notes]
+    return "\n".join(parts)
+
+
+def report_markdown(runs: list[Run], rows: list[dict[str, Any]], pivots: list[Pivot], group_by: list[str],
+                    plots: list[tuple[str, str]] = ()) -> str:
+    """The whole report.  plots: (title, relative path) of PNG files written beside the Markdown, if any."""
+    parts = ["# suite report", "", table(RUN_HEADERS, run_table(runs)), ""]
+    fixed = fixed_axes(rows)
+    if fixed:
+        parts += ["Same in every cell: " + ", ".join(f"{AXIS_HEADERS[a]}={v}" for a, v in fixed.items()), ""]
+    parts += [f"## Cells ({len(rows)})", ""]
+    columns = display_columns(rows)
+    notes: dict[str, int] = {}
+    for title, section in groups(rows, group_by):
+        header, body = text_table(section, columns, notes)
+        if title:
+            parts += [f"### {title}", ""]
+        parts += [table(header, body), ""]
+    if notes:
+        parts += ["MFU accounting: " + "; ".join(footnotes(notes)), ""]
+    for p in pivots:
+        parts += [pivot_markdown(p, "##"), ""]
+    if plots:
+        parts += ["## Plots", ""] + [f"![{title}]({path})" for title, path in plots] + [""]
+    return "\n".join(parts)

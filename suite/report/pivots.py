@@ -1,0 +1,170 @@
+"""Pivot views: the per-cell rows rearranged to answer one question each.
+
+- memory: model-state bytes per rank by strategy x GPU count — does ZeRO's memory fall as 1/N, as predicted?
+- scaling: tokens/s versus GPU count and the scaling efficiency relative to the smallest world size;
+- checkpointing: memory saved versus step time added by selective / full recomputation against none;
+- seq_len: peak memory and step time versus sequence length.
+A pivot is only built when the rows have the axis it needs with at least two values (the memory pivot needs
+two strategies or two GPU counts); otherwise it would be a one-column table that answers nothing.  Rows of a
+pivot are the combinations of the other axes that vary; when two results land in the same slot (the same cell
+in several runs) the latest run's is shown and a note says so.  Only cells that ran (ok or gate-failed) count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from suite.report.tables import AXES, AXIS_HEADERS, CKPT_ORDER, varying_axes
+
+Row = dict[str, Any]
+MEASURED = ("ok", "gate-failed")
+
+
+@dataclass
+class Pivot:
+    name: str            # slug (file names, JSON key)
+    title: str
+    question: str
+    header: list[str]    # first entry heads the row labels
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
+def _label(row: Row, axes: list[str]) -> str:
+    return ", ".join(f"{AXIS_HEADERS[a]}={row.get(a)}" for a in axes) or "all"
+
+
+def _slots(rows: list[Row], col_axis: str, keep: tuple[str, ...] = ()) -> tuple[dict[str, dict[Any, Row]], list[Any], int]:
+    """{row label: {column value: row}}, the sorted column values, and how many slots had several results."""
+    varying = set(varying_axes(rows)) | set(keep)
+    row_axes = [a for a in AXES if a in varying and a != col_axis]
+    table: dict[str, dict[Any, Row]] = {}
+    collisions = 0
+    for row in rows:
+        slot = table.setdefault(_label(row, row_axes), {})
+        key = row.get(col_axis)
+        if key in slot:
+            collisions += 1
+            if slot[key]["_created_at"] > row["_created_at"]:
+                continue
+        slot[key] = row
+    cols = sorted({r.get(col_axis) for r in rows}, key=lambda v: (CKPT_ORDER.index(v) if v in CKPT_ORDER else 0, v))
+    return table, cols, collisions
+
+
+def _num(v: float | None, spec: str, unit: str = "") -> str:
+    return "-" if v is None else format(v, spec) + unit
+
+
+def _pct(new: float | None, old: float | None) -> str:
+    if new is None or not old:
+        return ""
+    change = round((new / old - 1) * 100)
+    return f" ({change:+d}%)" if change else " (+0%)"
+
+
+def _build(rows: list[Row], name: str, title: str, question: str, col_axis: str, col_header: Callable[[Any], str],
+           cell: Callable[[dict[Any, Row], Any], str], keep: tuple[str, ...] = (),
+           extra: tuple[str, Callable[[dict[Any, Row], list[Any]], str]] | None = None) -> Pivot:
+    table, cols, collisions = _slots(rows, col_axis, keep)
+    header = ["cells"] + [col_header(c) for c in cols] + ([extra[0]] if extra else [])
+    body = []
+    for label, slot in table.items():
+        line = [label] + [cell(slot, c) if c in slot else "" for c in cols]
+        if extra:
+            line.append(extra[1](slot, [c for c in cols if c in slot]))
+        body.append(line)
+    notes = [f"{collisions} slot(s) held results from several runs; the latest run is shown."] if collisions else []
+    return Pivot(name, title, question, header, body, notes)
+
+
+def memory_pivot(rows: list[Row]) -> Pivot | None:
+    if not ({"strategy", "gpus"} & set(varying_axes(rows))):
+        return None
+
+    def cell(slot: dict[Any, Row], gpus: Any) -> str:
+        r = slot[gpus]
+        return f"{_num(r['_states_measured_mib'], ',.1f')} / {_num(r['_states_predicted_mib'], ',.1f')}"
+
+    def check(slot: dict[Any, Row], present: list[Any]) -> str:
+        if len(present) < 2:
+            return ""
+        lo, hi = slot[present[0]], slot[present[-1]]
+        m = (hi["_states_measured_mib"] / lo["_states_measured_mib"]
+             if hi["_states_measured_mib"] and lo["_states_measured_mib"] else None)
+        p = (hi["_states_predicted_mib"] / lo["_states_predicted_mib"]
+             if hi["_states_predicted_mib"] and lo["_states_predicted_mib"] else None)
+        return f"{present[0]}->{present[-1]} gpus: x{_num(m, '.2f')} (predicted x{_num(p, '.2f')})"
+
+    pv = _build(rows, "memory", "Model-state memory per rank by strategy and GPU count",
+                "Does sharding cut per-rank memory as predicted (ZeRO-3: 1/N)? Parameters + gradients + optimizer "
+                "states (+ master weights), measured / predicted, MiB per rank.",
+                "gpus", lambda g: f"{g} gpus (MiB)", cell, keep=("strategy",), extra=("measured vs predicted change", check))
+    if all(line[-1] == "" for line in pv.rows):
+        pv.header, pv.rows = pv.header[:-1], [line[:-1] for line in pv.rows]
+    return pv
+
+
+def scaling_pivot(rows: list[Row]) -> Pivot | None:
+    if "gpus" not in varying_axes(rows):
+        return None
+
+    def cell(slot: dict[Any, Row], gpus: Any) -> str:
+        measured = [g for g in slot if slot[g]["tokens_per_s"]]
+        tps = slot[gpus]["tokens_per_s"]
+        if tps is None or not measured:
+            return "-"
+        base_gpus = min(measured)
+        eff = (tps / gpus) / (slot[base_gpus]["tokens_per_s"] / base_gpus)
+        return f"{tps:,.0f} ({eff * 100:.0f}%)"
+
+    return _build(rows, "scaling", "Throughput scaling with GPU count",
+                  "How close is throughput to linear in the number of GPUs? tokens/s (efficiency = tokens/s per GPU "
+                  "relative to the smallest world size in the row).", "gpus", lambda g: f"{g} gpus (tokens/s)", cell)
+
+
+def checkpointing_pivot(rows: list[Row]) -> Pivot | None:
+    values = {r.get("activation_checkpointing") for r in rows}
+    if "none" not in values or len(values) < 2:
+        return None
+
+    def mem(r: Row) -> float | None:
+        return r["peak_measured_mib"] if r["peak_measured_mib"] is not None else r["_activations_measured_mib"]
+
+    def cell(slot: dict[Any, Row], mode: Any) -> str:
+        r, base = slot[mode], slot.get("none")
+        text = f"{_num(mem(r), ',.1f', ' MiB')}, {_num(r['step_median_ms'], ',.2f', ' ms')}"
+        if mode != "none" and base is not None:
+            text = (f"{_num(mem(r), ',.1f', ' MiB')}{_pct(mem(r), mem(base))}, "
+                    f"{_num(r['step_median_ms'], ',.2f', ' ms')}{_pct(r['step_median_ms'], base['step_median_ms'])}")
+        return text
+
+    return _build(rows, "checkpointing", "Cost of activation checkpointing",
+                  "What does recomputation save in memory, and what does it add to step time? Peak memory per rank "
+                  "and median step time; percentages against no checkpointing.", "activation_checkpointing",
+                  lambda m: f"{m}", cell)
+
+
+def seq_len_pivot(rows: list[Row]) -> Pivot | None:
+    if "seq_len" not in varying_axes(rows):
+        return None
+
+    def cell(slot: dict[Any, Row], s: Any) -> str:
+        r = slot[s]
+        return f"{_num(r['peak_measured_mib'], ',.1f', ' MiB')}, {_num(r['step_median_ms'], ',.2f', ' ms')}"
+
+    return _build(rows, "seq_len", "Memory and time versus sequence length",
+                  "How do peak memory per rank and median step time grow with the sequence length?", "seq_len",
+                  lambda s: f"seq {s}", cell)
+
+
+BUILDERS = (memory_pivot, scaling_pivot, checkpointing_pivot, seq_len_pivot)
+
+
+def pivots(rows: list[Row]) -> list[Pivot]:
+    """Every pivot the rows have the axes for, built from the cells that ran."""
+    measured = [r for r in rows if r["status"] in MEASURED]
+    if not measured:
+        return []
+    return [p for p in (b(measured) for b in BUILDERS) if p is not None]

@@ -1,0 +1,170 @@
+"""Plots of the per-cell rows, as PNG bytes (the HTML embeds them; the report also writes them as files).
+
+matplotlib is an optional extra (`pip install 'suite[report]'`), imported only when plots are drawn.  Figures
+are drawn on matplotlib's Agg canvas directly (no pyplot), so nothing global changes and no display is needed.
+- memory breakdown: stacked bars per cell, predicted beside measured (parameters, gradients, optimizer states,
+  master weights, activations; 'other' is what the measured peak holds beyond the measured categories);
+- scaling: tokens/s versus GPU count per configuration, with the linear ideal;
+- loss curves of cells that must match (a `match` gate), and their distance to the reference curve;
+- step-time distributions (box plots over the measured steps, repeats pooled).
+Plots with nothing to show are left out; long lists are cut to the first cells (the tables have them all).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+from suite.report.tables import AXES, BREAKDOWN, MiB, varying_axes
+
+Row = dict[str, Any]
+MAX_BARS, MAX_BOXES, MAX_LINES, MAX_LOSS_FIGURES = 24, 40, 12, 4
+COLORS = {"parameters": "#4c72b0", "gradients": "#dd8452", "optimizer_states": "#55a868",
+          "master_weights": "#8172b3", "activations": "#c44e52", "other": "#b0b0b0"}
+
+
+class PlotError(Exception):
+    """Plots cannot be drawn (matplotlib missing)."""
+
+
+@dataclass
+class Plot:
+    name: str   # file stem
+    title: str
+    png: bytes
+
+
+def _figure(width: float, height: float):
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise PlotError("plots need matplotlib: pip install 'suite[report]' (or run the report with --format md, "
+                        "csv or json)") from exc
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _short(row: Row, axes: list[str], runs: bool) -> str:
+    label = " ".join(str(row.get(a)) for a in axes) or row["cell"]
+    return f"{row['run']} {label}" if runs else label
+
+
+def memory_breakdown(rows: list[Row], axes: list[str], runs: bool) -> Plot | None:
+    rows = [r for r in rows if r["_predicted"]][:MAX_BARS]
+    if not rows:
+        return None
+    fig = _figure(max(6.0, 0.7 * len(rows) + 2), 4.5)
+    ax = fig.add_subplot()
+    for i, r in enumerate(rows):
+        for offset, source in ((-0.2, r["_predicted"]), (0.2, r["_measured"])):
+            bottom = 0.0
+            for cat in BREAKDOWN:
+                v = source.get(cat)
+                if v:
+                    ax.bar(i + offset, v / MiB, 0.38, bottom=bottom, color=COLORS[cat],
+                           label=cat.replace("_", " ") if i == 0 and offset < 0 else None)
+                    bottom += v / MiB
+            total = source.get("total")
+            if offset > 0 and total is not None and total / MiB > bottom * 1.001:
+                ax.bar(i + offset, total / MiB - bottom, 0.38, bottom=bottom, color=COLORS["other"],
+                       label="other (measured peak beyond categories)" if i == 0 else None)
+    ax.set_xticks(range(len(rows)), [_short(r, axes, runs) for r in rows], rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("MiB per rank")
+    ax.set_title("Memory per rank: predicted (left bar) vs measured (right bar)")
+    ax.legend(fontsize=8)
+    return Plot("memory_breakdown", "Memory breakdown per rank, predicted vs measured", _png(fig))
+
+
+def scaling(rows: list[Row], axes: list[str]) -> Plot | None:
+    if "gpus" not in axes:
+        return None
+    others = [a for a in axes if a != "gpus"]
+    lines: dict[str, dict[int, float]] = {}
+    for r in rows:
+        if r["tokens_per_s"]:
+            lines.setdefault(" ".join(str(r.get(a)) for a in others) or "all", {})[r["gpus"]] = r["tokens_per_s"]
+    if not lines:
+        return None
+    fig = _figure(6.5, 4.5)
+    ax = fig.add_subplot()
+    for label, points in list(lines.items())[:MAX_LINES]:
+        xs = sorted(points)
+        line, = ax.plot(xs, [points[x] for x in xs], marker="o", label=label)
+        ax.plot(xs, [points[xs[0]] * x / xs[0] for x in xs], linestyle=":", color=line.get_color())
+    ax.set_xlabel("GPUs (world size)")
+    ax.set_ylabel("tokens/s")
+    ax.set_title("Throughput scaling (dotted: linear from the smallest world size)")
+    ax.legend(fontsize=8)
+    return Plot("scaling", "Throughput scaling", _png(fig))
+
+
+def loss_curves(rows: list[Row], axes: list[str], runs: bool) -> list[Plot]:
+    rows = [r for r in rows if r["_losses"]]
+    groups: dict[tuple, list[Row]] = {}
+    for r in rows:
+        if r["_match"]:
+            axis = r["_match"]["axis"]
+            groups.setdefault((r["run"], axis) + tuple(str(r.get(a)) for a in AXES if a != axis), []).append(r)
+    groups = {k: v for k, v in groups.items() if len(v) > 1}  # a curve alone has nothing to match
+    plots = []
+    for n, (key, members) in enumerate(list(groups.items())[:MAX_LOSS_FIGURES], start=1):
+        axis, ref_value = key[1], members[0]["_match"]["value"]
+        ref = next((m for m in members if m.get(axis) == ref_value), None)
+        fig = _figure(9.0, 3.8)
+        ax, dx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+        for m in members[:MAX_LINES]:
+            ax.plot(range(len(m["_losses"])), m["_losses"], label=f"{axis}={m.get(axis)}")
+            if ref is not None and m is not ref:
+                steps = range(min(len(m["_losses"]), len(ref["_losses"])))
+                dx.semilogy(list(steps), [max(abs(m["_losses"][i] - ref["_losses"][i]), 1e-12) for i in steps],
+                            label=f"{axis}={m.get(axis)}")
+        others = ", ".join(f"{a}={members[0].get(a)}" for a in axes if a != axis)
+        ax.set_title(f"Loss ({others or 'all cells'})", fontsize=9)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=8)
+        dx.set_title(f"|loss - loss({axis}={ref_value})| (floor 1e-12)", fontsize=9)
+        dx.set_xlabel("step")
+        plots.append(Plot(f"loss_{n}", f"Loss curves that must match ({axis}={ref_value}; {others or 'all'})",
+                          _png(fig)))
+    if not groups and rows:
+        fig = _figure(6.5, 4.5)
+        ax = fig.add_subplot()
+        for r in rows[:MAX_LINES]:
+            ax.plot(range(len(r["_losses"])), r["_losses"], label=_short(r, axes, runs))
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.legend(fontsize=8)
+        plots.append(Plot("loss", "Loss curves", _png(fig)))
+    return plots
+
+
+def step_times(rows: list[Row], axes: list[str], runs: bool) -> Plot | None:
+    rows = [r for r in rows if r["_step_times_s"]][:MAX_BOXES]
+    if not rows:
+        return None
+    fig = _figure(max(6.0, 0.45 * len(rows) + 2), 4.5)
+    ax = fig.add_subplot()
+    ax.boxplot([[t * 1e3 for t in r["_step_times_s"]] for r in rows])
+    ax.set_xticks(range(1, len(rows) + 1), [_short(r, axes, runs) for r in rows], rotation=45, ha="right",
+                  fontsize=8)
+    ax.set_ylabel("step time (ms), measured steps")
+    ax.set_title("Step-time distributions")
+    return Plot("step_times", "Step-time distributions", _png(fig))
+
+
+def all_plots(rows: list[Row]) -> list[Plot]:
+    """Every plot the rows have data for (raises PlotError when matplotlib is missing)."""
+    axes = varying_axes(rows)
+    runs = len({r["run"] for r in rows}) > 1
+    plots = [memory_breakdown(rows, axes, runs), scaling(rows, axes), *loss_curves(rows, axes, runs),
+             step_times(rows, axes, runs)]
+    return [p for p in plots if p is not None]

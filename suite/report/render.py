@@ -1,0 +1,95 @@
+"""`suite report`: stored results -> rows -> pivots (-> plots) -> Markdown / HTML / CSV / JSON.
+
+Pure functions over stored files: load.load_runs reads the run folders, tables/pivots arrange them, and this
+module writes the formats asked for.  With --out DIR every format is a file in DIR (report.md, report.html with
+the plots embedded plus plots/*.png, cells.csv, report.json); without it a single text format goes to stdout.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from suite.report.load import Run
+from suite.report.markdown import report_markdown
+from suite.report.pivots import pivots as build_pivots
+from suite.report.tables import AXES, COLUMN_KEYS, cell_rows, public
+
+FORMATS = ("md", "html", "csv", "json")
+FILES = {"md": "report.md", "html": "report.html", "csv": "cells.csv", "json": "report.json"}
+
+
+class ReportUsageError(Exception):
+    """Bad options (exit 2)."""
+
+
+def check_options(formats: list[str], out: Path | None, group_by: list[str]) -> None:
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ReportUsageError(f"--format {unknown[0]!r} is not one of {', '.join(FORMATS)}")
+    bad = [a for a in group_by if a not in AXES]
+    if bad:
+        raise ReportUsageError(f"--group-by {bad[0]!r} is not an axis; axes: {', '.join(AXES)}")
+    if out is None and "html" in formats:
+        raise ReportUsageError("--format html writes a file (and its plots): give --out DIR")
+    if out is None and len(set(formats)) > 1:
+        raise ReportUsageError(f"{len(set(formats))} formats without --out: give --out DIR, or one text format")
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(COLUMN_KEYS), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(public(r) for r in rows)
+    return buf.getvalue()
+
+
+def to_json(runs: list[Run], rows: list[dict[str, Any]], pivots: list) -> str:
+    doc = {
+        "runs": [{"label": r.label, "path": str(r.path), "manifest": r.manifest.model_dump(mode="json")} for r in runs],
+        "columns": list(COLUMN_KEYS),
+        "cells": [public(r) for r in rows],
+        "pivots": [{"name": p.name, "title": p.title, "question": p.question, "header": p.header, "rows": p.rows,
+                    "notes": p.notes} for p in pivots],
+    }
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def render(runs: list[Run], formats: list[str], out: Path | None, group_by: list[str]) -> dict[str, str | Path]:
+    """Render the runs in each format: {format: path written} with --out, else {format: text}."""
+    check_options(formats, out, group_by)
+    rows = cell_rows(runs, group_by)
+    pivots = build_pivots(rows)
+    produced: dict[str, str | Path] = {}
+    plots = []
+    if "html" in formats:
+        from suite.report.html import report_html
+        from suite.report.plots import all_plots
+
+        plots = all_plots(rows)
+    texts = {}
+    for f in dict.fromkeys(formats):
+        if f == "md":
+            texts[f] = report_markdown(runs, rows, pivots, group_by,
+                                       [(p.title, f"plots/{p.name}.png") for p in plots] if out else [])
+        elif f == "html":
+            texts[f] = report_html(runs, rows, pivots, plots, group_by)
+        elif f == "csv":
+            texts[f] = to_csv(rows)
+        else:
+            texts[f] = to_json(runs, rows, pivots)
+    if out is None:
+        return texts
+    out.mkdir(parents=True, exist_ok=True)
+    if plots:
+        (out / "plots").mkdir(exist_ok=True)
+        for p in plots:
+            (out / "plots" / f"{p.name}.png").write_bytes(p.png)
+    for f, text in texts.items():
+        path = out / FILES[f]
+        path.write_text(text, encoding="utf-8")
+        produced[f] = path
+    return produced

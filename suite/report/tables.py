@@ -1,0 +1,274 @@
+"""The per-cell table: one row per (run, cell), repeats folded together, in fixed columns with units.
+
+A row is a plain dict.  Its public keys are COLUMNS (values already in the unit the header names: ms, MiB, %),
+so CSV/JSON writers dump them as they are and Markdown/HTML only format numbers.  Keys starting with "_" carry
+raw material for the pivots and plots (step-time samples, loss curve, memory breakdowns) and are never printed.
+
+Repeats of a cell are folded: step times are pooled, throughput and MFU take the median over repeats, memory
+the largest measured peak, and the status is the first repeat's that was not ok (a flaky cell must show).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from suite.report import stats
+from suite.report.load import Run
+from suite.results.schema import CellResult
+
+MiB = 2.0**20
+# Axes in the order cells list them (suite.scenario.AXES), with the short header each gets in a table.
+AXIS_HEADERS = {
+    "model": "model", "seq_len": "seq", "strategy": "strategy", "activation_checkpointing": "ckpt",
+    "precision": "precision", "gpus": "gpus", "nodes": "nodes", "micro_batch_size": "mbs",
+    "global_batch_size": "gbs",
+}
+AXES = tuple(AXIS_HEADERS)
+# Memory categories of the planner (suite.plan.memory.MemoryBreakdown), in stacking order.
+BREAKDOWN = ("parameters", "gradients", "optimizer_states", "master_weights", "activations")
+STATES = BREAKDOWN[:4]  # what ZeRO shards: everything but activations
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str     # CSV/JSON key (unit in the name)
+    header: str  # Markdown/HTML header (unit in parentheses)
+    fmt: str     # format spec for numbers; "" for text
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("run", "run", ""),
+    Column("cell", "cell", ""),
+    *(Column(axis, header, "") for axis, header in AXIS_HEADERS.items()),
+    Column("status", "status", ""),
+    Column("repeats", "repeats", ""),
+    Column("tokens_per_s", "tokens/s", ",.0f"),
+    Column("tokens_per_s_per_device", "tokens/s/device", ",.0f"),
+    Column("step_median_ms", "step median (ms)", ",.2f"),
+    Column("step_p90_ms", "step p90 (ms)", ",.2f"),
+    Column("mfu_pct", "MFU (%)", ".1f"),
+    Column("mfu_basis", "MFU basis", ""),
+    Column("peak_measured_mib", "peak measured (MiB)", ",.1f"),
+    Column("peak_predicted_mib", "peak predicted (MiB)", ",.1f"),
+    Column("peak_ratio", "measured/predicted", ".2f"),
+    Column("final_loss", "final loss", ".4f"),
+    Column("convergence", "convergence", ""),
+)
+COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+
+
+def fmt(column: Column, value: Any) -> str:
+    """A value as a table shows it; missing values are '-'."""
+    if value is None:
+        return "-"
+    if column.fmt and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format(value, column.fmt)
+    return str(value)
+
+
+def _mib(n: float | None) -> float | None:
+    return None if n is None else n / MiB
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return stats.median(vals) if vals else None
+
+
+def mfu_basis(r: CellResult) -> str | None:
+    """How MFU was counted: formula, peak and its source, precision (or why there is no MFU)."""
+    m = r.mfu
+    if m is None:
+        return None
+    if m.peak_flops is None:
+        return f"no known peak for this device at {m.precision} ({m.formula})"
+    return f"{m.formula}; peak {m.peak_flops / 1e12:,.0f} TFLOP/s {m.precision} ({m.peak_source or 'unknown source'})"
+
+
+def memory_parts(r: CellResult) -> tuple[dict[str, float | None], dict[str, float]]:
+    """(measured, predicted) per-rank bytes by category; predicted falls back to the stored prediction."""
+    if r.memory is not None:
+        return dict(r.memory.measured), dict(r.memory.predicted)
+    return {}, dict(r.prediction.get("memory_bytes", {}))
+
+
+def peak_bytes(r: CellResult) -> float | None:
+    """The measured per-rank peak: the 'total' the runner measured, else the sum of the measured categories."""
+    measured, _ = memory_parts(r)
+    if measured.get("total") is not None:
+        return measured["total"]
+    parts = [measured[k] for k in BREAKDOWN if measured.get(k) is not None]
+    return sum(parts) if parts else None
+
+
+def states_bytes(r: CellResult) -> tuple[float | None, float | None]:
+    """(measured, predicted) bytes of model states (params, grads, optimizer, master) over the same categories."""
+    measured, predicted = memory_parts(r)
+    keys = [k for k in STATES if measured.get(k) is not None]
+    if not keys:
+        return None, sum(predicted.get(k, 0.0) for k in STATES) if predicted else None
+    return sum(measured[k] for k in keys), sum(predicted.get(k, 0.0) for k in keys)
+
+
+def convergence_verdict(results: list[CellResult]) -> str | None:
+    """'pass', 'fail: <gate>@<step>, ...' over all repeats, or None when the cell has no gates."""
+    gates = [g for r in results for g in r.gates]
+    if not gates:
+        return None
+    failed = sorted({g.name + (f"@{g.step}" if g.step is not None else "") for g in gates if not g.passed})
+    return "fail: " + ", ".join(failed) if failed else "pass"
+
+
+def fold_status(results: list[CellResult]) -> str:
+    return next((r.status for r in results if r.status != "ok"), "ok")
+
+
+def cell_row(run: Run, results: list[CellResult]) -> dict[str, Any]:
+    """One table row from all repeats of one cell in one run."""
+    first = results[0]
+    pooled = [t for r in results for t in r.step_times_s]
+    if pooled:
+        step_median, step_p90 = stats.median(pooled), stats.quantile(pooled, 0.9)
+    elif first.step_time is not None:
+        step_median, step_p90 = first.step_time.median, first.step_time.p90
+    else:
+        step_median = step_p90 = None
+    peaks = [p for p in (peak_bytes(r) for r in results) if p is not None]
+    peak = max(peaks) if peaks else None
+    measured, predicted = memory_parts(first)
+    pred_total = predicted.get("total")
+    states_m, states_p = states_bytes(first)
+    row: dict[str, Any] = {
+        "run": run.label,
+        "cell": first.cell_id,
+        **{axis: first.axes.get(axis) for axis in AXES},
+        "status": fold_status(results),
+        "repeats": len(results),
+        "tokens_per_s": _median(r.throughput.tokens_per_s if r.throughput else None for r in results),
+        "tokens_per_s_per_device": _median(
+            r.throughput.tokens_per_s_per_device if r.throughput else None for r in results),
+        "step_median_ms": None if step_median is None else step_median * 1e3,
+        "step_p90_ms": None if step_p90 is None else step_p90 * 1e3,
+        "mfu_pct": _median(r.mfu.value * 100 if r.mfu and r.mfu.value is not None else None for r in results),
+        "mfu_basis": mfu_basis(first),
+        "peak_measured_mib": _mib(peak),
+        "peak_predicted_mib": _mib(pred_total),
+        "peak_ratio": None if peak is None or not pred_total else peak / pred_total,
+        "final_loss": _median(r.final_loss for r in results),
+        "convergence": convergence_verdict(results),
+        # raw material for pivots and plots (never printed)
+        "_created_at": run.manifest.created_at,
+        "_step_times_s": pooled,
+        "_losses": first.losses,
+        "_measured": measured,
+        "_predicted": predicted,
+        "_states_measured_mib": _mib(states_m),
+        "_states_predicted_mib": _mib(states_p),
+        "_activations_measured_mib": _mib(measured.get("activations")),
+        "_match": ((first.cell.get("convergence") or {}).get("match") or None),
+    }
+    return row
+
+
+def cell_rows(runs: list[Run], group_by: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Rows for every cell of every run, sorted by the group-by axes, then run (oldest first), then the axes."""
+    group_by = list(group_by)
+    rows = []
+    for n, run in enumerate(runs):
+        by_cell: dict[str, list[CellResult]] = {}
+        for r in run.results:
+            by_cell.setdefault(r.cell_id, []).append(r)
+        for results in by_cell.values():
+            row = cell_row(run, results)
+            row["_run_index"] = n
+            rows.append(row)
+    order = [*group_by, "_run_index", *(a for a in AXES if a not in group_by)]
+    rows.sort(key=lambda row: tuple(_sort_key(row.get(a)) for a in order))
+    return rows
+
+
+CKPT_ORDER = ("none", "selective", "full")
+
+
+def _sort_key(value: Any) -> tuple[int, Any, str]:
+    """Numbers in numeric order, checkpointing modes by cost, other text alphabetically."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, value, "")
+    if value in CKPT_ORDER:
+        return (1, CKPT_ORDER.index(value), "")
+    return (2, 0, str(value))
+
+
+def varying_axes(rows: list[dict[str, Any]]) -> list[str]:
+    """Axes with more than one value among the rows, in AXES order."""
+    return [a for a in AXES if len({_hashable(r.get(a)) for r in rows}) > 1]
+
+
+def fixed_axes(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Axes with a single value among the rows (shown once above a table instead of in every row)."""
+    varying = set(varying_axes(rows))
+    return {a: rows[0].get(a) for a in AXES if a not in varying} if rows else {}
+
+
+def _hashable(value: Any) -> Any:
+    return value if not isinstance(value, (dict, list)) else repr(value)
+
+
+def display_columns(rows: list[dict[str, Any]]) -> list[Column]:
+    """Columns for Markdown/HTML: every column but the axes that do not vary (and run, when there is one run)."""
+    drop = set(fixed_axes(rows))
+    if len({r["run"] for r in rows}) <= 1:
+        drop.add("run")
+    return [c for c in COLUMNS if c.key not in drop]
+
+
+def public(row: dict[str, Any]) -> dict[str, Any]:
+    """The row without its private keys, in column order (for CSV and JSON)."""
+    return {k: row.get(k) for k in COLUMN_KEYS}
+
+
+def groups(rows: list[dict[str, Any]], group_by: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Rows split into sections by the group-by axes, as (title, rows); one untitled section without them."""
+    if not group_by:
+        return [("", rows)]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(", ".join(f"{a}={row.get(a)}" for a in group_by), []).append(row)
+    return list(out.items())
+
+
+def text_table(rows: list[dict[str, Any]], columns: list[Column],
+               notes: dict[str, int]) -> tuple[list[str], list[list[str]]]:
+    """(headers, formatted body) for Markdown/HTML.  The long MFU basis becomes a footnote [n]: `notes` maps each
+    basis text to its number and is shared by the sections of one report (see footnotes())."""
+    body = []
+    for row in rows:
+        line = []
+        for c in columns:
+            v = row.get(c.key)
+            if c.key == "mfu_basis" and v is not None:
+                v = f"[{notes.setdefault(v, len(notes) + 1)}]"
+            line.append(fmt(c, v))
+        body.append(line)
+    return [c.header for c in columns], body
+
+
+def footnotes(notes: dict[str, int]) -> list[str]:
+    return [f"[{i}] {text}" for text, i in notes.items()]
+
+
+RUN_HEADERS = ["run", "created (UTC)", "commit", "devices", "torch", "CUDA", "NCCL", "image digest", "host"]
+
+
+def run_table(runs: list[Run]) -> list[list[str]]:
+    """One line per run folder: where and with what its results were obtained."""
+    out = []
+    for run in runs:
+        m = run.manifest
+        commit = (m.git_commit or "-")[:7] + ("+dirty" if m.git_dirty else "")
+        devices = f"{m.device_count} x {m.devices[0]}" if m.devices else m.cpu_model
+        digest = (m.container_image_digest or "-")[:19]
+        out.append([run.label, m.created_at, commit, devices, m.torch or "-", m.cuda or "-", m.nccl or "-", digest,
+                    m.hostname])
+    return out

@@ -130,7 +130,8 @@ def checkpointing_pivot(rows: list[Row]) -> Pivot | None:
         return None
 
     def mem(r: Row) -> float | None:
-        return r["peak_measured_mib"] if r["peak_measured_mib"] is not None else r["_activations_measured_mib"]
+        peak = (r["memory_scope"] or "").startswith("peak")
+        return r["memory_measured_mib"] if peak else r["_activations_measured_mib"]
 
     def cell(slot: dict[Any, Row], mode: Any) -> str:
         r, base = slot[mode], slot.get("none")
@@ -142,7 +143,8 @@ def checkpointing_pivot(rows: list[Row]) -> Pivot | None:
 
     return _build(rows, "checkpointing", "Cost of activation checkpointing",
                   "What does recomputation save in memory, and what does it add to step time? Peak memory per rank "
-                  "and median step time; percentages against no checkpointing.", "activation_checkpointing",
+                  "(measured activations where no peak was measured) and median step time; percentages against no "
+                  "checkpointing.", "activation_checkpointing",
                   lambda m: f"{m}", cell)
 
 
@@ -152,7 +154,8 @@ def seq_len_pivot(rows: list[Row]) -> Pivot | None:
 
     def cell(slot: dict[Any, Row], s: Any) -> str:
         r = slot[s]
-        return f"{_num(r['peak_measured_mib'], ',.1f', ' MiB')}, {_num(r['step_median_ms'], ',.2f', ' ms')}"
+        mem = r["memory_measured_mib"] if (r["memory_scope"] or "").startswith("peak") else None
+        return f"{_num(mem, ',.1f', ' MiB')}, {_num(r['step_median_ms'], ',.2f', ' ms')}"
 
     return _build(rows, "seq_len", "Memory and time versus sequence length",
                   "How do peak memory per rank and median step time grow with the sequence length?", "seq_len",

@@ -16,7 +16,7 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from suite.report.tables import AXES, BREAKDOWN, MiB, varying_axes
+from suite.report.tables import AXES, BREAKDOWN, PEAK_KEYS, MiB, varying_axes
 
 Row = dict[str, Any]
 MAX_BARS, MAX_BOXES, MAX_LINES, MAX_LOSS_FIGURES = 24, 40, 12, 4
@@ -73,7 +73,7 @@ def memory_breakdown(rows: list[Row], axes: list[str], runs: bool) -> Plot | Non
                     ax.bar(i + offset, v / MiB, 0.38, bottom=bottom, color=COLORS[cat],
                            label=cat.replace("_", " ") if i == 0 and offset < 0 else None)
                     bottom += v / MiB
-            total = source.get("total")
+            total = next((source[k] for k, _ in PEAK_KEYS if source.get(k) is not None), None)
             if offset > 0 and total is not None and total / MiB > bottom * 1.001:
                 ax.bar(i + offset, total / MiB - bottom, 0.38, bottom=bottom, color=COLORS["other"],
                        label="other (measured peak beyond categories)" if i == 0 else None)

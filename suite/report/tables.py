@@ -49,9 +49,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("step_p90_ms", "step p90 (ms)", ",.2f"),
     Column("mfu_pct", "MFU (%)", ".1f"),
     Column("mfu_basis", "MFU basis", ""),
-    Column("peak_measured_mib", "peak measured (MiB)", ",.1f"),
-    Column("peak_predicted_mib", "peak predicted (MiB)", ",.1f"),
-    Column("peak_ratio", "measured/predicted", ".2f"),
+    Column("memory_measured_mib", "memory measured (MiB)", ",.1f"),
+    Column("memory_predicted_mib", "memory predicted (MiB)", ",.1f"),
+    Column("memory_ratio", "measured/predicted", ".2f"),
+    Column("memory_scope", "memory scope", ""),
     Column("final_loss", "final loss", ".4f"),
     Column("convergence", "convergence", ""),
 )
@@ -93,13 +94,25 @@ def memory_parts(r: CellResult) -> tuple[dict[str, float | None], dict[str, floa
     return {}, dict(r.prediction.get("memory_bytes", {}))
 
 
-def peak_bytes(r: CellResult) -> float | None:
-    """The measured per-rank peak: the 'total' the runner measured, else the sum of the measured categories."""
-    measured, _ = memory_parts(r)
-    if measured.get("total") is not None:
-        return measured["total"]
-    parts = [measured[k] for k in BREAKDOWN if measured.get(k) is not None]
-    return sum(parts) if parts else None
+# Measured peaks, best first: the allocator's (GPU), the memory tracker's (measure_peaks), a plain total.
+PEAK_KEYS = (("total_cuda", "peak (cuda)"), ("total_tracker", "peak (tracker)"), ("total", "peak"))
+
+
+def measured_memory(r: CellResult) -> tuple[float | None, float | None, str | None]:
+    """(measured, predicted, scope) per-rank bytes, like for like.
+
+    A measured peak is compared with the predicted total (scope 'peak (cuda)' etc.).  Without one (CPU runs
+    without measure_peaks) the counted model states (parameters, gradients, optimizer states) are compared
+    with the prediction for the same categories (scope 'states'), so the ratio never mixes scopes.
+    """
+    measured, predicted = memory_parts(r)
+    for key, scope in PEAK_KEYS:
+        if measured.get(key) is not None:
+            return measured[key], predicted.get("total"), scope
+    states_m, states_p = states_bytes(r)
+    if states_m is not None:
+        return states_m, states_p, "states"
+    return None, predicted.get("total"), None
 
 
 def states_bytes(r: CellResult) -> tuple[float | None, float | None]:
@@ -134,10 +147,10 @@ def cell_row(run: Run, results: list[CellResult]) -> dict[str, Any]:
         step_median, step_p90 = first.step_time.median, first.step_time.p90
     else:
         step_median = step_p90 = None
-    peaks = [p for p in (peak_bytes(r) for r in results) if p is not None]
-    peak = max(peaks) if peaks else None
+    mem = [measured_memory(r) for r in results]
+    mem_measured = max((m for m, _, _ in mem if m is not None), default=None)
+    _, mem_predicted, mem_scope = mem[0]
     measured, predicted = memory_parts(first)
-    pred_total = predicted.get("total")
     states_m, states_p = states_bytes(first)
     row: dict[str, Any] = {
         "run": run.label,
@@ -152,9 +165,10 @@ def cell_row(run: Run, results: list[CellResult]) -> dict[str, Any]:
         "step_p90_ms": None if step_p90 is None else step_p90 * 1e3,
         "mfu_pct": _median(r.mfu.value * 100 if r.mfu and r.mfu.value is not None else None for r in results),
         "mfu_basis": mfu_basis(first),
-        "peak_measured_mib": _mib(peak),
-        "peak_predicted_mib": _mib(pred_total),
-        "peak_ratio": None if peak is None or not pred_total else peak / pred_total,
+        "memory_measured_mib": _mib(mem_measured),
+        "memory_predicted_mib": _mib(mem_predicted),
+        "memory_ratio": None if mem_measured is None or not mem_predicted else mem_measured / mem_predicted,
+        "memory_scope": mem_scope,
         "final_loss": _median(r.final_loss for r in results),
         "convergence": convergence_verdict(results),
         # raw material for pivots and plots (never printed)

@@ -1,0 +1,82 @@
+"""How a Comparison is shown: a rich terminal table and GitHub-flavoured Markdown (a CI job summary).
+
+Both list what needs a person's attention — regressions first, then improvements, then inconclusive checks —
+and count the unchanged ones; cells present on one side only and environment differences come after.
+JUnit XML (every check, for CI test views) lives in junit.py.
+"""
+
+from __future__ import annotations
+
+from suite.report.compare import Comparison, Finding
+from suite.report.markdown import table as md_table
+
+ORDER = {"regression": 0, "improvement": 1, "inconclusive": 2, "skipped": 3, "unchanged": 4}
+HEADER = ["cell", "axes", "metric", "verdict", "baseline", "current", "change", "p", "detail"]
+
+
+def summary(c: Comparison) -> str:
+    counts = {v: sum(f.verdict == v for f in c.findings) for v in ORDER}
+    regressed = len({f.cell_id for f in c.regressions})
+    line = (f"{c.matched} cells compared: {counts['regression']} regression(s) in {regressed} cell(s), "
+            f"{counts['improvement']} improvement(s), {counts['inconclusive']} inconclusive, "
+            f"{counts['unchanged']} unchanged, {counts['skipped']} skipped checks")
+    if c.only_baseline or c.only_current:
+        line += f"; {len(c.only_baseline)} cell(s) only in baseline, {len(c.only_current)} only in current"
+    return line
+
+
+def notable(c: Comparison) -> list[Finding]:
+    return sorted((f for f in c.findings if f.verdict in ("regression", "improvement", "inconclusive")),
+                  key=lambda f: (ORDER[f.verdict], f.cell, f.metric))
+
+
+def _line(f: Finding) -> list[str]:
+    return [f.cell_id, f.cell, f.metric, f.verdict, f.baseline, f.current,
+            "-" if f.change is None else f"{f.change:+.1%}", "-" if f.p_value is None else f"{f.p_value:.3g}", f.detail]
+
+
+def thresholds_line(c: Comparison) -> str:
+    return ("thresholds: " + ", ".join(f"{k}={v:.2%}" for k, v in c.thresholds.items())
+            + f"; Mann-Whitney U alpha={c.alpha}")
+
+
+def to_markdown(c: Comparison) -> str:
+    verdict = "**regression**" if c.regressions else "no regression"
+    parts = ["## suite compare", "", f"{verdict}: {summary(c)}", "", thresholds_line(c), ""]
+    if c.env:
+        parts += ["### Environments differ", "", md_table(["field", "baseline", "current"],
+                                                          [[d.field, d.baseline, d.current] for d in c.env]), ""]
+    rows = notable(c)
+    if rows:
+        parts += [md_table(HEADER, [_line(f) for f in rows]), ""]
+    for title, cells in (("Only in baseline", c.only_baseline), ("Only in current", c.only_current)):
+        if cells:
+            parts += [f"### {title} ({len(cells)})", "", md_table(["cell", "axes"], [list(x) for x in cells]), ""]
+    return "\n".join(parts)
+
+
+def print_terminal(c: Comparison, console) -> None:
+    from rich.table import Table
+
+    style = {"regression": "bold red", "improvement": "green", "inconclusive": "yellow"}
+    if c.env:
+        t = Table(title="environments differ", title_style="bold yellow")
+        for h in ("field", "baseline", "current"):
+            t.add_column(h, overflow="fold")
+        for d in c.env:
+            t.add_row(d.field, d.baseline, d.current)
+        console.print(t)
+    rows = notable(c)
+    if rows:
+        t = Table(title="suite compare")
+        for h in HEADER:
+            t.add_column(h, overflow="fold")
+        for f in rows:
+            t.add_row(*_line(f), style=style.get(f.verdict))
+        console.print(t)
+    for title, cells in (("only in baseline", c.only_baseline), ("only in current", c.only_current)):
+        for cid, desc in cells:
+            console.print(f"[yellow]{title}:[/yellow] {cid} {desc}", highlight=False)
+    console.print(thresholds_line(c), highlight=False)
+    console.print(("[bold red]REGRESSION[/bold red] " if c.regressions else "[green]ok[/green] ") + summary(c),
+                  highlight=False)

@@ -86,6 +86,153 @@ def version() -> None:
     typer.echo(__version__)
 
 
+@app.command()
+def comm(ops: Optional[str] = typer.Option(None, "--ops", help="Comma list of all_reduce, all_gather, "
+                                           "reduce_scatter, broadcast, reduce, all_to_all [default: the first four]."),
+         sizes: Optional[str] = typer.Option(None, "--sizes", help="Sizes S (NCCL-tests meaning): `1KiB..1GiB` "
+                                             "(doubling) or `4MiB,64MiB` [default: 1KiB..1GiB cuda, 1KiB..64MiB cpu]."),
+         gpus: Optional[int] = typer.Option(None, "--gpus", help="Ranks [default: every GPU; 2 on CPU]."),
+         iters: int = typer.Option(20, "--iters", help="Timed iterations per op and size."),
+         warmup: int = typer.Option(5, "--warmup", help="Untimed iterations before them."),
+         results: Path = typer.Option(Path("results"), "--results", help="Results root; runs go to <root>/comm/."),
+         device: str = typer.Option("auto", "--device", help="auto | cuda (NCCL) | cpu (gloo)."),
+         timeout: float = typer.Option(1800, "--timeout", help="Seconds before the ranks are stopped.")) -> None:
+    """Measure collective time, algbw and busbw (NCCL-tests conventions) and check the results."""
+    import sys
+
+    from rich.markup import escape
+
+    from suite.comm.launch import CommError
+    from suite.comm.run import run_comm
+    from suite.comm.sizes import CommArgError
+    from suite.comm.table import comm_table
+    from suite.console import console, err_console
+
+    try:
+        run_dir, run = run_comm(ops=ops, sizes=sizes, gpus=gpus, iters=iters, warmup=warmup, results=results,
+                                device=device, timeout_s=timeout, command=["suite", *sys.argv[1:]])
+    except CommArgError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    except CommError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(130 if exc.interrupted else 1)
+    console.print(comm_table(run, f"collectives on {run.results[0].world_size} x {run.results[0].device_name} "
+                                  f"({run.args.backend}); {run.args.iters} iters after {run.args.warmup} warm-up"))
+    console.print(f"stored: {run_dir}", highlight=False, markup=False, soft_wrap=True)
+    if not all(r.correct for r in run.results):
+        err_console.print("[red]error:[/red] some results were numerically wrong (column 'correct')")
+        raise typer.Exit(1)
+
+
+@app.command()
+def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resume, a run folder also works)."),
+        results: Path = typer.Option(Path("results"), "--results", help="Results root; runs go to <root>/<scenario>/."),
+        only: List[str] = typer.Option([], "--only", help="Run only this cell id (or unique prefix); repeatable. "
+                                       "References of a match gate are added."),
+        resume: bool = typer.Option(False, "--resume", help="Continue the latest run folder of the scenario (or the "
+                                    "run folder given instead of the file), skipping cells with a final result."),
+        repeats: Optional[int] = typer.Option(None, "--repeats", min=1, help="Runs of each cell (default: the "
+                                              "scenario's repeats)."),
+        force: bool = typer.Option(False, "--force", help="Launch cells predicted infeasible too.")) -> None:
+    """Run every cell of a scenario (torchrun or Ray) into a new, append-only run folder."""
+    import sys
+
+    from rich.markup import escape
+
+    from suite.console import console, err_console
+    from suite.results.show import cells_table
+    from suite.runner.run import RunError, RunOptions, run_scenario
+    from suite.scenario import ScenarioError
+
+    file, resume_dir = (None, target) if resume and target.is_dir() else (target, None)
+    opts = RunOptions(results=results, only=only, resume=resume, resume_dir=resume_dir, repeats=repeats,
+                      force=force, command=["suite", *sys.argv[1:]])
+    try:
+        outcome = run_scenario(file, opts, err_console)
+    except (ScenarioError, RunError) as exc:
+        for problem in getattr(exc, "problems", None) or [str(exc)]:
+            err_console.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    console.print(cells_table(outcome.results, f"{outcome.run_dir.parent.name}: {len(outcome.results)} cell results"))
+    console.print(f"results: {outcome.run_dir}", highlight=False, markup=False, soft_wrap=True)
+    if outcome.interrupted_by:
+        err_console.print(f"interrupted by {outcome.interrupted_by}: finished cells are kept; continue with "
+                          f"`suite run {outcome.run_dir} --resume`", highlight=False, markup=False, soft_wrap=True)
+    raise typer.Exit(outcome.exit_code)
+
+
+results_app = typer.Typer(no_args_is_help=True, help="Stored results: list run folders, show a run or a cell.")
+app.add_typer(results_app, name="results")
+
+
+@results_app.command("ls")
+def results_ls(root: Path = typer.Argument(Path("results"), help="Results root.")) -> None:
+    """List run folders: scenario, time, commit, counts per status."""
+    from suite.console import console
+    from suite.results.show import runs_table
+
+    console.print(runs_table(root))
+
+
+@results_app.command("show")
+def results_show(target: str = typer.Argument(..., help="Run folder, run name, cell JSON file or cell id."),
+                 root: Path = typer.Option(Path("results"), "--results", help="Results root to search.")) -> None:
+    """Show one run's cells as a table, or one cell result in detail."""
+    from rich.markup import escape
+
+    from suite.console import console, err_console
+    from suite.results import store
+    from suite.results.show import cell_detail, cells_table, find
+
+    try:
+        kind, found = find(target, root)
+        if kind == "run":
+            console.print(cells_table(store.read_cell_results(found), str(found)))
+        else:
+            console.print(cell_detail(found))
+    except store.StoreError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+
+
+@app.command()
+def report(results: List[Path] = typer.Argument(..., help="Run folders, scenario folders or results trees."),
+           formats: List[str] = typer.Option(["md"], "--format", help="md | html | csv | json (repeatable)."),
+           out: Optional[Path] = typer.Option(None, "--out", help="Folder for the files (needed for html)."),
+           group_by: List[str] = typer.Option([], "--group-by", help="Axis to section the cell table by (repeatable).")
+           ) -> None:
+    """Render stored results as tables, pivots and plots (Markdown to stdout, or files in --out)."""
+    from suite.report.commands import report as run_report
+
+    raise typer.Exit(run_report(results, formats, out, group_by))
+
+
+@app.command()
+def compare(baseline: Path = typer.Argument(..., help="Baseline results (run folder, scenario folder or tree)."),
+            current: Path = typer.Argument(..., help="Current results, matched to the baseline by cell id."),
+            threshold: List[str] = typer.Option([], "--threshold", help="METRIC=VALUE, e.g. tokens_per_s=5% "
+                                                "(tokens_per_s, step_time, peak_memory, final_loss; repeatable)."),
+            alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the Mann-Whitney U test."),
+            strict: bool = typer.Option(False, "--strict", help="Exit 2 when the environments differ."),
+            fmt: str = typer.Option("term", "--format", help="term | md | junit."),
+            out: Optional[Path] = typer.Option(None, "--out", help="File for the md or junit output.")) -> None:
+    """Compare two sets of results cell by cell: exit 0 no regression, 1 regression, 2 usage error."""
+    from suite.report.commands import compare as run_compare
+
+    raise typer.Exit(run_compare(baseline, current, threshold, alpha, strict, fmt, out))
+
+
+@app.command()
+def export(results: List[Path] = typer.Argument(..., help="Run folders, scenario folders or results trees."),
+           fmt: str = typer.Option("pytest-benchmark", "--format", help="pytest-benchmark."),
+           out: Path = typer.Option(..., "--out", help="JSON file to write.")) -> None:
+    """Write step-time statistics in another tool's format (pytest-benchmark JSON)."""
+    from suite.report.commands import export as run_export
+
+    raise typer.Exit(run_export(results, fmt, out))
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,31 @@
+#!/bin/sh
+# The image's entry point (installed as /usr/local/bin/suite-entrypoint).
+#
+#   IMAGE FILE.yaml [OPTIONS]   ->  suite run FILE.yaml [OPTIONS]   (so `docker compose run suite FILE` runs it)
+#   IMAGE --exec CMD [ARGS]     ->  CMD ARGS                        (torchrun, ray start, python ...)
+#   IMAGE ARGS                  ->  suite ARGS                      (plan, validate, report, ...)
+#
+# Ownership of results: started as root (compose does that), it drops to the uid:gid that owns the results
+# folder (/results, or $SUITE_RESULTS_OWNER_OF), so the files on the host belong to whoever owns ./results.
+# If that owner is root (a root host user) it stays root; started as any other user it changes nothing.
+set -eu
+owner_of=${SUITE_RESULTS_OWNER_OF:-/results}
+if [ "$(id -u)" = 0 ] && [ -d "$owner_of" ]; then
+  uid=$(stat -c %u "$owner_of")
+  gid=$(stat -c %g "$owner_of")
+  if [ "$uid" != 0 ]; then
+    exec setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "$0" "$@"
+  fi
+fi
+# The image digest for the manifest (suite.results.env reads SUITE_IMAGE_DIGEST): compose passes the one
+# scripts/docker-setup recorded; keep it only if it was recorded for this very build.
+if [ -n "${SUITE_IMAGE_BUILD_ID:-}" ] && [ "${SUITE_IMAGE_BUILD_ID}" != "${SUITE_BUILD_ID:-}" ]; then
+  echo "suite-entrypoint: compose/.image.env describes another build; the image digest is not recorded" \
+       "(rebuild with scripts/docker-setup)" >&2
+  unset SUITE_IMAGE_DIGEST
+fi
+case "${1:-}" in
+  --exec) shift; exec "$@" ;;
+  *.yaml|*.yml) exec suite run "$@" ;;
+  *) exec suite "$@" ;;
+esac

@@ -98,10 +98,10 @@ class Cifar10Data(Data):
 
     def __init__(self, cell, rank: int, world_size: int):
         super().__init__(cell, rank, world_size)
-        dataset = load_cifar10(cell.data.root, cell.data.download)
         size = cell.model.image_size
         if size != 32:
             raise ValueError(f"data kind cifar10 has 32x32 images; the model's image_size is {size}")
+        dataset = load_cifar10(cell.data.root, cell.data.download)
         self.images = torch.from_numpy(np.ascontiguousarray(dataset.data))  # (N, 32, 32, 3) uint8, HWC
         self.labels = torch.tensor(dataset.targets, dtype=torch.long)
         self.mean = torch.tensor(MEAN).view(1, 3, 1, 1)

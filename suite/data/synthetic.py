@@ -37,9 +37,14 @@ class MarkovTokens(Data):
         self.successors = torch.randint(self.vocab, (self.vocab, SUCCESSORS), generator=g)
         self.probs = torch.tensor(PROBS)
 
-    def entropy(self) -> float:
+    @staticmethod
+    def entropy_of(probs=PROBS) -> float:
         """Loss (nats per token) of a model that knows the chain exactly: the floor the training loss approaches."""
-        return float(-(self.probs * self.probs.log()).sum())
+        p = torch.tensor(probs)
+        return float(-(p * p.log()).sum())
+
+    def entropy(self) -> float:
+        return self.entropy_of(PROBS)
 
     def sample(self, g: torch.Generator, global_size: int, start: int, count: int) -> Batch:
         n = self.seq_len + 1

@@ -15,6 +15,7 @@ samples are the windows of seq_len + 1 bytes at its positions; inputs = window[:
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -43,11 +44,20 @@ def _files(root: Path) -> list[Path]:
 
 
 def read_corpus(path: str | Path | None, max_bytes: int = MAX_BYTES) -> torch.Tensor:
-    """The corpus as a uint8 tensor: the first max_bytes bytes of the text files under `path`, in sorted order."""
-    root = default_corpus() if path is None else Path(path).expanduser()
+    """The corpus as a uint8 tensor: the first max_bytes bytes of the text files under `path`, in sorted order.
+
+    Cached per process (by resolved path and size): a worker reads it once, tests build many Data objects.
+    The returned tensor is shared: index it, never write to it."""
+    root = default_corpus() if path is None else Path(path).expanduser().resolve()
+    return _read(str(root), path is None, max_bytes)
+
+
+@functools.lru_cache(maxsize=4)
+def _read(root_name: str, python_sources_only: bool, max_bytes: int) -> torch.Tensor:
+    root = Path(root_name)
     if not root.exists():
         raise FileNotFoundError(f"data.path {str(root)!r} does not exist (text data needs a file or a folder of text files)")
-    suffixes = {".py"} if path is None else None  # the default corpus: Python sources only
+    suffixes = {".py"} if python_sources_only else None  # the default corpus: Python sources only
     chunks, total = [], 0
     for f in _files(root):
         if suffixes is not None and f.suffix not in suffixes:

@@ -34,7 +34,8 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 # Non-root user; its home is writable by any uid because the entry point may run as the owner of the results.
 RUN python3 -m venv --system-site-packages --without-pip /opt/venv \
- && useradd --uid 10001 --user-group --create-home --home-dir /home/suite --shell /bin/sh suite \
+ && groupadd --gid 10001 suite \
+ && useradd --uid 10001 --gid 10001 --create-home --home-dir /home/suite --shell /bin/sh suite \
  && chmod 1777 /home/suite \
  && mkdir -p /workspace/results && chown -R suite:suite /workspace
 
@@ -44,15 +45,15 @@ RUN python3 -m venv --system-site-packages --without-pip /opt/venv \
 ARG PIP_ARGS=""
 COPY --from=requirements /tmp/requirements.txt /tmp/build/requirements.txt
 # hadolint ignore=SC2086
-RUN python3 -m pip install -q $PIP_ARGS "setuptools>=68" wheel -r /tmp/build/requirements.txt
+RUN python3 -m pip install -q $PIP_ARGS setuptools==80.9.0 -r /tmp/build/requirements.txt
 
 # Optional extras (e.g. EXTRAS=ray for the compose Ray cluster, comma-separated): a separate layer, so
 # suite:ray shares the multi-GB layer above with suite:latest.
 ARG EXTRAS=""
 COPY --from=requirements /tmp/extra-*.txt /tmp/build/
-# hadolint ignore=SC2086
+# hadolint ignore=SC2086,DL3013
 RUN if [ -n "$EXTRAS" ]; then \
-      for e in $(echo "$EXTRAS" | tr , ' '); do set -- "$@" -r "/tmp/build/extra-$e.txt"; done; \
+      IFS=,; for e in $EXTRAS; do set -- "$@" -r "/tmp/build/extra-$e.txt"; done; unset IFS; \
       python3 -m pip install -q $PIP_ARGS "$@"; \
     fi
 
@@ -81,7 +82,7 @@ LABEL org.opencontainers.image.title="suite" \
       org.opencontainers.image.base.name="${BASE_IMAGE}" \
       io.github.suite.build-id="${SUITE_BUILD_ID}"
 
-USER suite
+USER 10001:10001
 WORKDIR /workspace
 # `docker run IMAGE plan FILE` runs `suite plan FILE`; `docker run IMAGE FILE.yaml` runs `suite run FILE.yaml`;
 # `docker run IMAGE --exec CMD...` runs another program (torchrun, ray) through the same entry point.

@@ -86,9 +86,9 @@ def classify(launch: LaunchResult, records: list[RankRecord], world: int,
              problems: list[str] | None = None) -> tuple[str, str | None]:
     """(status, error) of a launched cell; see the module docstring for the rules."""
     if launch.interrupted:
-        return "interrupted", launch.error
+        return "interrupted", launch.error or "interrupted"
     if launch.timed_out:
-        return "timeout", launch.error
+        return "timeout", launch.error or "timeout"
     if launch.returncode is None:
         return "failed", launch.error or "the launcher did not start"
     for status in ("oom", "diverged", "failed"):

@@ -115,9 +115,8 @@ def _gate(cell: Cell, result: CellResult, cells: list[Cell], done: dict) -> Cell
     failed = first_failure(gates)
     if failed is None:
         return result.model_copy(update={"gates": gates})
-    where = f" at step {failed.step}" if failed.step is not None else ""
     return result.model_copy(update={"gates": gates, "status": "gate-failed",
-                                     "error": f"gate {failed.name} failed{where}: {failed.detail}"})
+                                     "error": f"gate {failed.name} failed: {failed.detail}"})
 
 
 def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:

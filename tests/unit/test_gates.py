@@ -1,0 +1,104 @@
+"""Convergence gates on hand-made curves and real expanded cells: thresholds, match, references first."""
+
+from __future__ import annotations
+
+import math
+
+from suite.cells import expand
+from suite.results.schema import CellResult
+from suite.runner import gates as g
+from suite.scenario import Scenario
+
+
+def _cells(**over):
+    data = dict(name="t", model="gpt-tiny", seq_len=16, strategy=["zero1", "ddp", "zero3"], gpus=2,
+                micro_batch_size=2, global_batch_size=[4, 8], steps=4, warmup_steps=1,
+                convergence={"min_loss_drop": 0.5, "match": {"strategy": "ddp", "rtol": 1e-4}})
+    data.update(over)
+    return expand(Scenario.model_validate(data))
+
+
+def _result(cell, status="ok", losses=(4.0, 3.0, 2.0), error=None) -> CellResult:
+    return CellResult(cell_id=cell.id, axes=cell.axes(), cell={}, status=status, error=error, started_at="",
+                      finished_at="", launcher="torchrun", prediction={}, losses=list(losses))
+
+
+def test_finite_and_thresholds():
+    assert g.finite_gate([3.0, 2.0]).passed
+    bad = g.finite_gate([3.0, float("nan"), 1.0])
+    assert not bad.passed and bad.step == 1 and "nan" in bad.detail
+    assert not g.finite_gate([]).passed
+    assert g.min_loss_drop_gate([4.0, 3.4], 0.5).passed
+    drop = g.min_loss_drop_gate([4.0, 3.6], 0.5)
+    assert not drop.passed and drop.step == 1 and "0.4" in drop.detail
+    assert g.max_final_loss_gate([4.0, 1.0], 1.0).passed
+    assert not g.max_final_loss_gate([4.0, 1.5], 1.0).passed
+
+
+def test_loss_gates_follow_the_convergence_block():
+    conv = _cells()[0].convergence
+    assert [x.name for x in g.loss_gates([4.0, 3.0], conv)] == ["finite", "min_loss_drop"]
+    assert [x.name for x in g.loss_gates([4.0, math.inf], conv)] == ["finite"]  # no threshold on a broken curve
+    assert [x.name for x in g.loss_gates([4.0, 3.9], None)] == ["finite"]
+
+
+def test_curve_gate_reports_first_failing_step_and_values():
+    ok = g.curve_gate([4.0, 3.0, 2.0], [4.0, 3.0002, 2.0001], rtol=1e-4, atol=0.0, ref_label="ref")
+    assert ok.passed and "3 steps" in ok.detail
+    bad = g.curve_gate([4.0, 3.0, 2.5], [4.0, 3.0, 2.0], rtol=1e-4, atol=0.0, ref_label="ref")
+    assert not bad.passed and bad.step == 2 and "2.5" in bad.detail and "2.0" in bad.detail
+    assert g.curve_gate([4.0, 3.05], [4.0, 3.0], rtol=0.0, atol=0.1, ref_label="ref").passed
+    short = g.curve_gate([4.0, 3.0], [4.0, 3.0, 2.0], rtol=1e-4, atol=0.0, ref_label="ref")
+    assert not short.passed and short.step == 2 and "2 steps vs 3" in short.detail
+    assert not g.curve_gate([4.0, math.nan], [4.0, 3.0], 1e-4, 0.0, "ref").passed
+
+
+def test_references_run_first_and_are_found_by_the_other_axes():
+    cells = _cells()
+    ordered = g.order_cells(cells)
+    assert [c.strategy for c in ordered[:2]] == ["ddp", "ddp"]
+    assert sorted(c.id for c in ordered) == sorted(c.id for c in cells)
+    match = cells[0].convergence.match
+    for c in cells:
+        ref = g.reference_of(c, cells, match)
+        if c.strategy == "ddp":
+            assert ref is None and g.is_reference(c, match)
+        else:
+            assert ref.strategy == "ddp" and ref.global_batch_size == c.global_batch_size
+
+
+def test_match_on_another_axis_and_fsdp_alias():
+    cells = _cells(strategy=["ddp", "zero3"], convergence={"match": {"global_batch_size": 8}})
+    match = cells[0].convergence.match
+    small = next(c for c in cells if c.global_batch_size == 4 and c.strategy == "zero3")
+    ref = g.reference_of(small, cells, match)
+    assert (ref.global_batch_size, ref.strategy) == (8, "zero3")
+    fsdp = _cells(strategy=["ddp", "fsdp"], convergence={"match": {"strategy": "fsdp"}})
+    assert all(c.strategy == "zero3" for c in g.order_cells(fsdp)[:2])
+
+
+def test_match_gate_outcomes():
+    cells = _cells()
+    match = cells[0].convergence.match
+    zero1 = next(c for c in cells if c.strategy == "zero1")
+    ddp = g.reference_of(zero1, cells, match)
+    same = g.match_gate(zero1, [4.0, 3.0, 2.0], match, ddp, _result(ddp))
+    assert same.passed and ddp.id in same.detail
+    differs = g.match_gate(zero1, [4.0, 3.1, 2.0], match, ddp, _result(ddp))
+    assert not differs.passed and differs.step == 1
+    failed_ref = g.match_gate(zero1, [4.0, 3.0, 2.0], match, ddp,
+                              _result(ddp, status="failed", losses=(), error="rank 0: boom\ntraceback"))
+    assert not failed_ref.passed and "status failed" in failed_ref.detail and "boom" in failed_ref.detail
+    missing = g.match_gate(zero1, [4.0], match, ddp, None)
+    assert not missing.passed and "no result" in missing.detail
+    nobody = g.match_gate(zero1, [4.0], match, None, None)
+    assert not nobody.passed and "no cell" in nobody.detail
+    assert g.match_gate(ddp, [4.0], match, None, None).passed  # the reference is its own reference
+    gated_ref = g.match_gate(zero1, [4.0, 3.0, 2.0], match, ddp, _result(ddp, status="gate-failed"))
+    assert gated_ref.passed  # a reference that ran to the end but missed a threshold still has a curve
+
+
+def test_first_failure():
+    gates = [g.finite_gate([1.0]), g.max_final_loss_gate([1.0], 0.5), g.min_loss_drop_gate([1.0, 0.0], 2.0)]
+    assert g.first_failure(gates).name == "max_final_loss"
+    assert g.first_failure(gates[:1]) is None

@@ -166,3 +166,15 @@ def test_models_do_not_import_torch_distributed():
 def test_unknown_shape_is_rejected():
     with pytest.raises(TypeError, match="unknown model shape"):
         build_model("gpt-tiny", 0)
+
+
+@pytest.mark.parametrize("name", ["gpt-tiny", "llama-tiny"])
+def test_bf16_parameters_give_an_fp32_loss(name):
+    """What FSDP's MixedPrecisionPolicy(param_dtype=bf16) does: the loss is still computed in fp32."""
+    shape = PRESETS[name]
+    model = build_model(shape, 0).to(torch.bfloat16)
+    seq = torch.randint(shape.vocab, (2, 17), generator=torch.Generator().manual_seed(0))
+    loss = model(seq[:, :-1], seq[:, 1:])
+    assert loss.dtype == torch.float32 and abs(loss.item() - math.log(shape.vocab)) < 0.1
+    loss.backward()
+    assert all(p.grad.dtype == torch.bfloat16 and torch.isfinite(p.grad).all() for p in model.parameters())

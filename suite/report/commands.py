@@ -14,7 +14,9 @@ from suite.console import console, err_console
 
 
 def _error(message: str) -> int:
-    err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     return 2
 
 
@@ -35,7 +37,7 @@ def report(paths: list[Path], formats: list[str], out: Path | None, group_by: li
     else:
         cells = sum(len({r.cell_id for r in run.results}) for run in runs)
         for path in produced.values():
-            err_console.print(f"wrote {path} ({len(runs)} run(s), {cells} cell(s))", highlight=False)
+            err_console.print(f"wrote {path} ({len(runs)} run(s), {cells} cell(s))", highlight=False, markup=False)
     return 0
 
 
@@ -68,10 +70,11 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
         else:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text, encoding="utf-8")
-            err_console.print(f"wrote {out}", highlight=False)
+            err_console.print(f"wrote {out}", highlight=False, markup=False)
     if result.env:
-        err_console.print("[yellow]warning:[/yellow] the environments differ in: "
-                          + "; ".join(f"{d.field} ({d.baseline} -> {d.current})" for d in result.env), highlight=False)
+        err_console.print("warning: the environments differ in: "
+                          + "; ".join(f"{d.field} ({d.baseline} -> {d.current})" for d in result.env),
+                          style="yellow", highlight=False, markup=False)
         if strict:
             return _error("--strict: refusing to compare results from different environments")
     return 1 if result.regressions else 0
@@ -89,5 +92,5 @@ def export(paths: list[Path], fmt: str, out: Path) -> int:
         return _error(str(exc))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    err_console.print(f"wrote {out} ({len(doc['benchmarks'])} benchmark(s))", highlight=False)
+    err_console.print(f"wrote {out} ({len(doc['benchmarks'])} benchmark(s))", highlight=False, markup=False)
     return 0

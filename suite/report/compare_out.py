@@ -56,6 +56,8 @@ def to_markdown(c: Comparison) -> str:
 
 
 def print_terminal(c: Comparison, console) -> None:
+    """Rich tables; every value is escaped (error tails like "[rank0]: ..." are text, not markup)."""
+    from rich.markup import escape
     from rich.table import Table
 
     style = {"regression": "bold red", "improvement": "green", "inconclusive": "yellow"}
@@ -64,7 +66,7 @@ def print_terminal(c: Comparison, console) -> None:
         for h in ("field", "baseline", "current"):
             t.add_column(h, overflow="fold")
         for d in c.env:
-            t.add_row(d.field, d.baseline, d.current)
+            t.add_row(escape(d.field), escape(d.baseline), escape(d.current))
         console.print(t)
     rows = notable(c)
     if rows:
@@ -72,11 +74,11 @@ def print_terminal(c: Comparison, console) -> None:
         for h in HEADER:
             t.add_column(h, overflow="fold")
         for f in rows:
-            t.add_row(*_line(f), style=style.get(f.verdict))
+            t.add_row(*(escape(v) for v in _line(f)), style=style.get(f.verdict))
         console.print(t)
     for title, cells in (("only in baseline", c.only_baseline), ("only in current", c.only_current)):
         for cid, desc in cells:
-            console.print(f"[yellow]{title}:[/yellow] {cid} {desc}", highlight=False)
-    console.print(thresholds_line(c), highlight=False)
+            console.print(f"[yellow]{title}:[/yellow] {escape(cid)} {escape(desc)}", highlight=False)
+    console.print(thresholds_line(c), highlight=False, markup=False)
     console.print(("[bold red]REGRESSION[/bold red] " if c.regressions else "[green]ok[/green] ") + summary(c),
                   highlight=False)

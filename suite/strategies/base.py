@@ -1,0 +1,106 @@
+"""What every strategy hands back (`Parallel`), and the helpers they share: the optimizer and byte counting.
+
+The strategy interface is deliberately small.  A strategy is a function
+
+    apply(model: nn.Module, cell: Cell, device: torch.device) -> Parallel
+
+that receives the plain model (already on `device`, already checkpointed / compiled by `parallelize`) inside
+an initialized process group, and returns a `Parallel`.  The training loop (suite/worker/loop.py) only ever
+talks to a `Parallel`:
+
+    optimizer.zero_grad(set_to_none=True)
+    for each micro-batch but the last:   with no_sync(): forward under autocast if `autocast`, backward
+    last micro-batch:                                    forward, backward   (gradients synchronized here)
+    before_step();  optimizer.step() (through the GradScaler for fp16);  after_step()
+
+`before_step` / `after_step` are for hand-written strategies whose communication is not hidden inside a
+wrapper (e.g. wait for the gradient all-reduce, or all-gather updated shards after the step); the native
+strategies leave them empty.  `count_bytes` reports this rank's parameter / gradient / optimizer-state bytes
+counted from the tensors (local shards only) so results can stand beside the planner's prediction.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal
+
+import torch
+from torch import nn
+
+from suite.results.schema import TensorBytes
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass
+class Parallel:
+    """A model made data-parallel, ready for the training loop.
+
+    model:       call as `model(inputs, targets) -> loss` (the wrapped / sharded module).
+    optimizer:   the torch.optim.Optimizer the loop zeroes and steps (and a GradScaler unscales).
+    count_bytes: () -> TensorBytes of this rank (local shards only), called after the first optimizer step.
+    no_sync:     () -> context manager wrapping forward+backward of every micro-batch except the last, so
+                 gradients are synchronized once per optimizer step (DDP.no_sync, FSDP2 requires_gradient_sync).
+    before_step: called after the last micro-batch's backward, before the (scaled) optimizer step.
+    after_step:  called right after the optimizer step.
+    autocast:    True when the loop must run forward under torch.autocast for mixed precision; False when the
+                 strategy casts by itself (FSDP2's MixedPrecisionPolicy).
+    tracker:     which MemTracker the peaks pass uses: "module" (MemTracker) or "fsdp" (FSDPMemTracker).
+    sharded_grad_scaler: fp16 needs a GradScaler whose inf check is all-reduced over ranks (FSDP's shards).
+    extra:       strategy facts worth recording (go into RankRecord.extra).
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    count_bytes: Callable[[], TensorBytes]
+    no_sync: Callable[[], AbstractContextManager] = nullcontext
+    before_step: Callable[[], None] = _nothing
+    after_step: Callable[[], None] = _nothing
+    autocast: bool = True
+    tracker: Literal["module", "fsdp"] = "module"
+    sharded_grad_scaler: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------------------- optimizer
+def make_optimizer_kwargs(cell, device: torch.device) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    """The cell's optimizer class and constructor arguments (lr, weight decay, betas, fused).
+
+    fused "auto" means fused on CUDA (one kernel for all parameters) and the default foreach implementation
+    elsewhere; fused=True on CPU is honoured (torch has CPU fused Adam/AdamW kernels)."""
+    opt = cell.optimizer
+    if opt.name == "sgd":
+        return torch.optim.SGD, {"lr": opt.lr, "weight_decay": opt.weight_decay}
+    cls = torch.optim.AdamW if opt.name == "adamw" else torch.optim.Adam
+    fused = device.type == "cuda" if opt.fused == "auto" else bool(opt.fused)
+    return cls, {"lr": opt.lr, "weight_decay": opt.weight_decay, "betas": tuple(opt.betas), "fused": fused}
+
+
+def make_optimizer(params: Iterable[nn.Parameter], cell, device: torch.device) -> torch.optim.Optimizer:
+    cls, kwargs = make_optimizer_kwargs(cell, device)
+    return cls(params, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------- bytes
+def local_nbytes(t: torch.Tensor) -> int:
+    """Bytes of this rank's part of a tensor: a DTensor's local shard, or the whole plain tensor."""
+    local = t.to_local() if hasattr(t, "to_local") else t
+    return local.numel() * local.element_size()
+
+
+def parameter_bytes(params: Iterable[torch.Tensor]) -> int:
+    return sum(local_nbytes(p) for p in params)
+
+
+def gradient_bytes(params: Iterable[torch.Tensor]) -> int:
+    return sum(local_nbytes(p.grad) for p in params if p.grad is not None)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Every tensor in the optimizer's per-parameter state (Adam: exp_avg, exp_avg_sq and the step counter)."""
+    return sum(
+        local_nbytes(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)
+    )

@@ -1,0 +1,81 @@
+"""ZeRO-2 and ZeRO-3 with FSDP2 (`fully_shard`): parameters, gradients and optimizer states sharded.
+
+`fully_shard(module)` replaces each parameter by a DTensor sharded on dim 0 over the mesh's ranks; every
+rank stores 1/N of each.  It is applied to each transformer block and then to the root (embeddings, final
+norm, head): each call forms one communication group, so one block's parameters are all-gathered at a time,
+just before the block's forward (and again before its backward), and its gradients are reduce-scattered
+right after its backward — each rank keeps only its gradient shard, and the optimizer (plain AdamW on
+DTensors) updates only the local shard, so its states are sharded too.
+
+    zero3: reshard_after_forward=True   free each block's unsharded parameters after its forward and
+                                        all-gather them again for backward (params / N at rest, 3 x params
+                                        of communication per step)
+    zero2: reshard_after_forward=False  keep them from forward to backward (no second all-gather; all
+                                        parameters are unsharded at the end of forward)
+
+Mixed precision: MixedPrecisionPolicy casts the all-gathered parameters to bf16/fp16 for compute, keeps the
+sharded fp32 parameters as the optimizer's master copy, and reduces gradients in fp32; no autocast needed.
+
+Gradient accumulation: `set_requires_gradient_sync(False)` for every micro-batch but the last; unsharded
+gradients then accumulate locally and are reduce-scattered once.
+
+Byte counting, per rank.  Gradients and optimizer states: local shards.  Parameters: what forward and
+backward compute with — for zero3 the local shards (a block's unsharded copy only exists while it runs:
+the peaks pass reports it as `unsharded_parameters`); for zero2 the unsharded parameters, which stay
+allocated from forward to backward (full size in the compute dtype), and their fp32 local shards are then a
+second copy, reported as `master_weights`.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from suite.results.schema import TensorBytes
+from suite.strategies.base import Parallel, gradient_bytes, make_optimizer, optimizer_state_bytes, parameter_bytes
+from suite.techniques.precision import compute_dtype, fsdp_mp_policy
+
+
+def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
+    reshard = {"zero2": False, "zero3": True}[cell.strategy]
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    mp = fsdp_mp_policy(cell.precision)
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+    # reshard_after_forward given explicitly, so FSDP does not apply its "root keeps parameters" heuristic
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+    optimizer = make_optimizer(model.parameters(), cell, device)
+
+    @contextmanager
+    def no_sync():
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+
+    def count_bytes() -> TensorBytes:
+        params = list(model.parameters())
+        shards = parameter_bytes(params)
+        if reshard:
+            parameters, master = shards, 0
+        else:
+            dtype = compute_dtype(cell.precision)
+            unsharded = sum(p.numel() * (dtype or p.dtype).itemsize for p in params)  # DTensor numel: global
+            parameters, master = unsharded, shards
+        return TensorBytes(
+            parameters=parameters,
+            gradients=gradient_bytes(params),
+            optimizer_states=optimizer_state_bytes(optimizer),
+            master_weights=master,
+        )
+
+    return Parallel(
+        model=model, optimizer=optimizer, count_bytes=count_bytes, no_sync=no_sync, autocast=False,
+        tracker="fsdp", sharded_grad_scaler=True, extra={"reshard_after_forward": reshard},
+    )

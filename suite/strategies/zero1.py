@@ -1,0 +1,38 @@
+"""ZeRO-1: DDP for gradients, with the optimizer states sharded by torch's ZeroRedundancyOptimizer.
+
+Gradients are all-reduced by DDP exactly as in ddp.py (every rank ends backward with the full averaged
+gradient).  ZeroRedundancyOptimizer gives each rank a partition of the parameters (whole tensors, assigned
+greedily largest-first to the least-loaded rank); each rank keeps Adam's moments only for its partition,
+updates only those parameters, and then broadcasts them to the others.  So per rank: full parameters and
+gradients, optimizer states / N (approximately: partitions are whole tensors).
+
+Communication: all-reduce of gradients (2 x params) + broadcast of the updated partitions (1 x params) = 3 x
+params per step, one more than ZeRO as the paper describes it (reduce-scatter + all-gather).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.optim import ZeroRedundancyOptimizer
+
+from suite.results.schema import TensorBytes
+from suite.strategies.base import Parallel, gradient_bytes, make_optimizer_kwargs, optimizer_state_bytes, parameter_bytes
+from suite.strategies.ddp import wrap_ddp
+
+
+def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
+    ddp = wrap_ddp(model, cell, device)
+    cls, kwargs = make_optimizer_kwargs(cell, device)
+    optimizer = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=cls, **kwargs)
+
+    def count_bytes() -> TensorBytes:
+        params = list(ddp.parameters())
+        return TensorBytes(
+            parameters=parameter_bytes(params),
+            gradients=gradient_bytes(params),
+            optimizer_states=optimizer_state_bytes(optimizer.optim),  # .optim: this rank's local optimizer
+        )
+
+    return Parallel(model=ddp, optimizer=optimizer, count_bytes=count_bytes, no_sync=ddp.no_sync,
+                    extra={"bucket_cap_mb": cell.bucket_cap_mb})

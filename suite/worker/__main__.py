@@ -1,0 +1,26 @@
+"""`python -m suite.worker CELL_JSON OUT_DIR`: run one cell on this rank and exit with its status code.
+
+Positional arguments only: torchrun takes any flag that is a prefix of one of its own."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+USAGE = "usage: python -m suite.worker CELL_JSON OUT_DIR   (CELL_JSON: a file holding one Cell as JSON)"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(USAGE, file=sys.stderr)
+        return 2
+    from suite.cells import Cell
+    from suite.worker.main import EXIT_CODES, run_worker
+
+    cell = Cell.model_validate_json(Path(argv[0]).read_text())
+    record = run_worker(cell, Path(argv[1]))
+    return EXIT_CODES[record.status]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

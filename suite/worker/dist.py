@@ -1,0 +1,93 @@
+"""The rank's place in the job: torchrun's environment, the device, and the process group.
+
+torchrun (and Ray Train) set RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every process;
+`init_process_group("env://")` rendezvous through them.  Without them (a plain `python` call, or a test
+calling run_worker in-process) the worker is a world of one, with an in-memory store instead of a TCP one.
+
+Backends: nccl for CUDA tensors (GPU-to-GPU over NVLink / InfiniBand), gloo for CPU tensors.  If a process
+group already exists (Ray Train's TorchConfig creates one before the training function runs) it is used
+as is and left for its owner to destroy.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Rank:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+    backend: str
+    owns_group: bool  # whether this worker created the process group (and so destroys it)
+
+
+def pick_device(requested: str, local_rank: int) -> torch.device:
+    """auto = this rank's GPU when CUDA is available, else the CPU."""
+    if requested not in ("auto", "cuda", "cpu"):
+        raise ValueError(f"device {requested!r} is unknown; expected auto, cuda or cpu")
+    use_cuda = torch.cuda.is_available() if requested == "auto" else requested == "cuda"
+    if not use_cuda:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("device: cuda was requested but torch.cuda.is_available() is False on this machine")
+    if local_rank >= torch.cuda.device_count():
+        raise RuntimeError(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
+    return torch.device("cuda", local_rank)
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    try:
+        return default if value is None else int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def setup(requested_device: str, expected_world: int) -> Rank:
+    """Join (or create) the process group for this rank and select its device."""
+    rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
+    world = env_int("WORLD_SIZE", 1)
+    if world != expected_world:
+        raise RuntimeError(f"WORLD_SIZE is {world} but the cell has gpus: {expected_world}; launch one process per rank")
+    device = pick_device(requested_device, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    owns = not dist.is_initialized()
+    if owns:
+        if "MASTER_ADDR" in os.environ:
+            dist.init_process_group(backend, rank=rank, world_size=world,
+                                    device_id=device if device.type == "cuda" else None)
+        elif world == 1:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        else:
+            raise RuntimeError(f"WORLD_SIZE {world} > 1 but MASTER_ADDR is not set: launch with torchrun")
+    elif dist.get_world_size() != world or dist.get_rank() != rank:
+        raise RuntimeError(f"existing process group is rank {dist.get_rank()} of {dist.get_world_size()}, "
+                           f"environment says rank {rank} of {world}")
+    return Rank(rank, local_rank, world, device, dist.get_backend(), owns)
+
+
+def global_mean(value: torch.Tensor, world: int) -> float:
+    """The mean of a scalar over all ranks (one small all-reduce, then a host read)."""
+    t = value.detach().float().reshape(1).clone()
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.item() / world
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA kernels run asynchronously; CPU ops have finished already)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def teardown(rank: Rank) -> None:
+    if rank.owns_group and dist.is_initialized():
+        dist.destroy_process_group()

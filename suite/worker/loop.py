@@ -1,0 +1,98 @@
+"""One optimizer step, and the timed loop around it.
+
+A step = grad_accum micro-batches.  Each micro-batch's loss is divided by grad_accum, so the accumulated
+gradient is the gradient of the mean loss over the rank's slice of the global batch; the strategy averages it
+over ranks, which makes the step the same mathematics as one rank on the whole global batch.  Every
+micro-batch but the last runs under `no_sync()`, so gradients are communicated once per step.
+
+What the timer brackets: forward, backward, gradient communication and the optimizer step of one optimizer
+step, with the device synchronized on both ends (CUDA kernels are asynchronous).  Outside it: fetching the
+step's batches, the one all-reduce that averages the loss over ranks and its host read (needed for the loss
+curve and to stop at once on NaN), and rank 0's event line.  The loss all-reduce happens every step, so
+every rank sees the same global loss and all ranks stop together when it is not finite.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from suite.strategies.base import Parallel
+from suite.techniques import precision
+from suite.worker.dist import global_mean, synchronize
+
+
+class Diverged(Exception):
+    """The global loss was NaN or infinite at `step`."""
+
+    def __init__(self, step: int, loss: float):
+        super().__init__(f"loss is {loss} at step {step}")
+        self.step, self.loss = step, loss
+
+
+@dataclass
+class Trainer:
+    par: Parallel
+    cell: object
+    device: torch.device
+    scaler: object = None  # torch.amp.GradScaler for fp16, else None
+    losses: list[float] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.scaler = precision.grad_scaler(self.cell.precision, self.device, self.par.sharded_grad_scaler)
+
+    def batches(self, data, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True))
+                for x, y in data.micro_batches(step)]
+
+    def step(self, batches, poison: bool = False, between: Callable[[], None] | None = None) -> torch.Tensor:
+        """One optimizer step; returns this rank's mean loss (a device tensor: no host sync here)."""
+        par, opt, scaler, n = self.par, self.par.optimizer, self.scaler, len(batches)
+        opt.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=self.device)
+        for i, (x, y) in enumerate(batches):
+            with par.no_sync() if i < n - 1 else nullcontext():
+                with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
+                    loss = par.model(x, y) / n
+                if poison and i == 0:
+                    loss = loss * float("nan")  # SUITE_FAULT nan: as if the model had blown up
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+            total += loss.detach()
+            if between is not None:
+                between()
+        par.before_step()
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        par.after_step()
+        return total
+
+    def run(self, data, faults, events, on_first_step: Callable[[], None], on_warmup_end: Callable[[], None]):
+        """The timed loop over cell.steps optimizer steps; raises Diverged on a non-finite global loss."""
+        world = torch.distributed.get_world_size()
+        for step in range(self.cell.steps):
+            batches = self.batches(data, step)
+            faults.before_step(step)
+            synchronize(self.device)
+            t0 = time.perf_counter()
+            local = self.step(batches, poison=faults.poison(step))
+            synchronize(self.device)
+            dt = time.perf_counter() - t0
+            loss = global_mean(local, world)
+            self.losses.append(loss)
+            self.step_times.append(dt)
+            events.emit("step", step=step, loss=loss, step_time_s=dt)
+            if not math.isfinite(loss):
+                raise Diverged(step, loss)
+            if step == 0:
+                on_first_step()
+            if step + 1 == self.cell.warmup_steps:
+                on_warmup_end()

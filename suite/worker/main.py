@@ -1,0 +1,156 @@
+"""run_worker(cell, out_dir): everything one rank does for one cell, and the record it leaves behind.
+
+    setup    process group -> model (from the seed, on the device) -> parallelize -> data     (each timed)
+    train    cell.steps timed optimizer steps (loop.py); bytes counted after the first; CUDA peaks reset
+             after the warm-up steps
+    peaks    optionally 2 more steps under MemTracker (measure_peaks: true), never inside the timed loop
+    record   OUT_DIR/rank<R>.json (atomic), whatever happened; rank 0 also appends OUT_DIR/events.jsonl
+
+Statuses and exit codes (`python -m suite.worker`): ok 0, diverged 3 (non-finite global loss: all ranks
+stop at the same step), oom 4 (torch.OutOfMemoryError, or the CPU allocator failing), failed 1 (anything
+else; the traceback's tail goes into `error`).  Imports happen before the setup clock starts, so setup
+times measure work, not module loading (the launcher's overhead covers that).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from suite.data import build_data
+from suite.models.build import build_model
+from suite.results.schema import CudaMemory, PeakMemory, RankRecord, SetupTimes, TensorBytes
+from suite.strategies import get_strategy, parallelize
+from suite.worker import dist as wdist
+from suite.worker import measure
+from suite.worker.faults import Faults
+from suite.worker.loop import Diverged, Trainer
+
+EXIT_CODES = {"ok": 0, "failed": 1, "diverged": 3, "oom": 4}
+ERROR_TAIL = 4000  # characters of traceback kept in the record
+PEAK_STEPS = 2
+
+
+@dataclass
+class _Outcome:
+    """What the run produced so far; whatever is filled in when it stops goes into the record."""
+
+    status: str = "failed"
+    error: str | None = None
+    rank: wdist.Rank | None = None
+    trainer: Trainer | None = None
+    tensor_bytes: TensorBytes | None = None
+    setup: SetupTimes | None = None
+    train_s: float = 0.0
+    cuda: CudaMemory | None = None
+    peaks: PeakMemory | None = None
+    events: measure.EventLog = field(default_factory=lambda: measure.EventLog(None, enabled=False))
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "DefaultCPUAllocator: can't allocate memory" in str(exc)
+
+
+def _tokens_per_step(cell) -> int:
+    """Tokens per optimizer step over all ranks; for vit the record counts samples (images), as documented."""
+    return cell.global_batch_size * (1 if cell.model.family == "vit" else cell.seq_len)
+
+
+def run_worker(cell, out_dir: Path) -> RankRecord:
+    """Train `cell` as this rank (identity from torchrun's environment) and write OUT_DIR/rank<R>.json."""
+    out_dir = Path(out_dir)
+    torch.set_num_threads(cell.threads_per_rank)
+    out = _Outcome()
+    try:
+        get_strategy(cell.strategy)  # import the strategy's module now, outside the setup clock
+        _train(cell, out_dir, out)
+        out.status = "ok"
+    except Diverged as exc:
+        out.status, out.error = "diverged", str(exc)
+    except BaseException as exc:  # every failure is recorded; interrupts are re-raised after recording
+        out.status = "oom" if _is_oom(exc) else "failed"
+        out.error = traceback.format_exc()[-ERROR_TAIL:]
+        if not isinstance(exc, Exception):
+            _finish(cell, out_dir, out)
+            raise
+    return _finish(cell, out_dir, out)
+
+
+def _train(cell, out_dir: Path, out: _Outcome) -> None:
+    t0 = time.perf_counter()
+    out.rank = rank = wdist.setup(cell.device, cell.gpus)
+    t_pg = time.perf_counter()
+    out.events = events = measure.EventLog(out_dir / "events.jsonl", enabled=rank.rank == 0)
+    faults = Faults(cell.id)
+    with torch.device(rank.device):
+        model = build_model(cell.model, cell.seed)
+    t_model = time.perf_counter()
+    par = parallelize(model, cell, rank.device)
+    out.extra.update(par.extra)
+    t_strategy = time.perf_counter()
+    data = build_data(cell, rank.rank, rank.world_size)
+    t_data = time.perf_counter()
+    out.setup = SetupTimes(process_group=t_pg - t0, model_build=t_model - t_pg, strategy=t_strategy - t_model,
+                           data=t_data - t_strategy, total=t_data - t0)
+    events.emit("setup_done")
+
+    out.trainer = trainer = Trainer(par, cell, rank.device)
+    measure.reset_cuda_peaks(rank.device)
+    try:
+        trainer.run(
+            data, faults, events,
+            on_first_step=lambda: setattr(out, "tensor_bytes", par.count_bytes()),
+            on_warmup_end=lambda: measure.reset_cuda_peaks(rank.device),
+        )
+    finally:
+        out.train_s = time.perf_counter() - t_data
+    out.cuda = measure.cuda_memory(rank.device)
+
+    if cell.measure_peaks:
+        steps = iter(range(cell.steps, cell.steps + PEAK_STEPS))  # past the loop: fresh batches, same recipe
+        out.peaks = measure.measure_peaks(
+            par, lambda between: trainer.step(trainer.batches(data, next(steps)), between=between), PEAK_STEPS
+        )
+
+
+def _finish(cell, out_dir: Path, out: _Outcome) -> RankRecord:
+    t0 = time.perf_counter()
+    out.events.emit("done", status=out.status)
+    out.events.close()
+    rank = out.rank
+    if rank is not None:
+        wdist.teardown(rank)
+    device = rank.device if rank is not None else torch.device("cpu")
+    host, ip = measure.host_identity()
+    record = RankRecord(
+        cell_id=cell.id,
+        rank=rank.rank if rank else wdist.env_int("RANK", 0),
+        world_size=rank.world_size if rank else wdist.env_int("WORLD_SIZE", 1),
+        local_rank=rank.local_rank if rank else wdist.env_int("LOCAL_RANK", 0),
+        hostname=host,
+        node_ip=ip,
+        device=str(device),
+        device_name=measure.device_name(device),
+        status=out.status,
+        error=out.error,
+        losses=out.trainer.losses if out.trainer else [],
+        step_times_s=out.trainer.step_times if out.trainer else [],
+        warmup_steps=cell.warmup_steps,
+        tokens_per_step=_tokens_per_step(cell),
+        samples_per_step=cell.global_batch_size,
+        tensor_bytes=out.tensor_bytes,
+        cuda_memory=out.cuda,
+        peaks=out.peaks,
+        setup_s=out.setup,
+        train_s=out.train_s,
+        teardown_s=time.perf_counter() - t0,
+        extra=out.extra,
+    )
+    measure.write_atomic(out_dir / f"rank{record.rank}.json", record)
+    return record

@@ -1,0 +1,146 @@
+"""What a rank measures besides the loss: device facts, CUDA allocator statistics, the MemTracker peaks pass,
+and how records leave the process (atomic JSON, an append-only event log).
+
+Peaks pass (`measure_peaks: true`).  torch's MemTracker (FSDPMemTracker for FSDP) is a TorchDispatchMode
+that sees every tensor allocation and labels it: parameter, gradient, activation (created in forward or in a
+checkpoint's recomputation), temporary (created in backward), optimizer state; FSDPMemTracker also tells
+sharded from unsharded parameters.  It works on CPU, where no allocator statistics exist.  We track the
+maximum of each category over time (torch's own "peak" snapshot only records the categories at the moment
+the *total* peaked), over 2 extra steps run after the timed loop: the tracker slows every op down by ~3x,
+so it never runs inside the timed steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+from pydantic import BaseModel
+
+from suite.results.schema import CudaMemory, PeakMemory
+
+
+# ----------------------------------------------------------------------------------------------- device facts
+def cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")  # Linux; elsewhere platform's answer
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+
+
+def host_identity() -> tuple[str, str | None]:
+    host = socket.gethostname()
+    try:
+        return host, socket.gethostbyname(host)
+    except OSError:
+        return host, None
+
+
+def reset_cuda_peaks(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def cuda_memory(device: torch.device) -> CudaMemory | None:
+    if device.type != "cuda":
+        return None
+    s = torch.cuda.memory_stats(device)
+    return CudaMemory(
+        max_memory_allocated=torch.cuda.max_memory_allocated(device),
+        max_memory_reserved=torch.cuda.max_memory_reserved(device),
+        num_alloc_retries=int(s.get("num_alloc_retries", 0)),
+        num_ooms=int(s.get("num_ooms", 0)),
+    )
+
+
+# ----------------------------------------------------------------------------------------------- peaks pass
+def _category_peak_tracker(base: type) -> type:
+    """A subclass of MemTracker / FSDPMemTracker that also keeps each category's own maximum."""
+
+    class CategoryPeaks(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.category_peaks: dict[str, int] = {}
+
+        def _update_snap(self, *args, **kwargs):  # called on every tracked allocation, free and resize
+            super()._update_snap(*args, **kwargs)
+            for snap in self._curr_mem_snap.values():
+                for key, value in snap.items():
+                    name = getattr(key, "value", key)
+                    if value > self.category_peaks.get(name, 0):
+                        self.category_peaks[name] = value
+
+    return CategoryPeaks
+
+
+def measure_peaks(par, run_step: Callable[[Callable[[], None]], None], steps: int = 2) -> PeakMemory:
+    """Run `steps` training steps under the memory tracker; `run_step(between)` runs one step and calls
+    `between()` after every micro-batch's backward (the tracker needs its per-iteration stats reset)."""
+    optimizer = getattr(par.optimizer, "optim", par.optimizer)  # ZeroRedundancyOptimizer: the local one
+    if par.tracker == "fsdp":
+        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+        tracker = _category_peak_tracker(FSDPMemTracker)(par.model, optimizer)
+    else:
+        from torch.distributed._tools.mem_tracker import MemTracker
+
+        tracker = _category_peak_tracker(MemTracker)()
+        tracker.track_external(par.model, optimizer)
+    with tracker:
+        for _ in range(steps):
+            run_step(tracker.reset_mod_stats)
+    by_cat = dict(tracker.category_peaks)
+    total = by_cat.pop("Total", 0)
+    return PeakMemory(
+        activations=by_cat.get("Activation", 0),
+        unsharded_parameters=by_cat.get("Unsharded Param", 0),
+        total=total,
+        by_category=by_cat,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- output
+def write_atomic(path: Path, record: BaseModel) -> None:
+    """Write a record so readers see the old file or the whole new one, never a half-written one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(record.model_dump_json(indent=1))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class EventLog:
+    """Rank 0's progress lines (events.jsonl), one JSON object per line, flushed as written; a no-op on
+    other ranks.  The runner tails it for progress; results never come from it."""
+
+    def __init__(self, path: Path | None, enabled: bool):
+        self.file = None
+        if enabled:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = open(path, "a", buffering=1)
+
+    def emit(self, event: str, **fields) -> None:
+        if self.file is not None:
+            self.file.write(json.dumps({"event": event, **fields, "t": time.time()}) + "\n")
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None

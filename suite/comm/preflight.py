@@ -2,9 +2,10 @@
 
 A slow step time has many causes; a slow interconnect is one that the training numbers alone cannot show.
 Measuring the all-reduce busbw of the very machine and world size a run uses (a few sizes, a few iterations,
-about ten seconds of which most is process start-up) puts that fact beside the results:
+10 to 30 s, most of it process start-up and `import torch`) puts that fact beside the results:
 
-    manifest.extra["preflight"] = preflight(world_size=N, device="auto", cuda_devices=[...], work_dir=...)
+    extra["preflight"] = preflight(world_size=N, device=cell.device, cuda_devices=manifest_devices,
+                                   work_dir=run_dir / "work" / "preflight")
 
 The returned dict is plain JSON: busbw per size in GB/s (1e9 B/s, as NCCL-tests print), the full
 CommResult records, and `correct`.  A failed probe is recorded as {"error": ...} instead of stopping the run
@@ -14,6 +15,7 @@ CommResult records, and `correct`.  A failed probe is recorded as {"error": ...}
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,11 +30,12 @@ PREFLIGHT_SIZES = (1 << 20, 16 << 20, 64 << 20)  # 1, 16, 64 MiB: latency-bound 
 
 def preflight(world_size: int, device: str = "auto", cuda_devices: list[str] | None = None,
               work_dir: Path | None = None, sizes: tuple[int, ...] = PREFLIGHT_SIZES, iters: int = 5,
-              warmup: int = 2, timeout_s: float = 300) -> dict[str, Any]:
+              warmup: int = 2, timeout_s: float = 300, stop: threading.Event | None = None) -> dict[str, Any]:
     """Measure all-reduce busbw on `world_size` ranks; return a JSON-able dict for manifest.extra.
 
     cuda_devices: the visible CUDA device names (Manifest.devices); probed in a subprocess when None.
-    work_dir: where comm.json and launcher.log go (e.g. <run>/work/preflight); a temp folder when None."""
+    work_dir: where comm.json and launcher.log go (e.g. <run>/work/preflight); a temp folder when None.
+    stop: the caller's Ctrl-C event (see suite.comm.launch.launch); an interrupted probe raises CommError."""
     if cuda_devices is None:
         from suite.results.env import torch_info
 
@@ -46,10 +49,12 @@ def preflight(world_size: int, device: str = "auto", cuda_devices: list[str] | N
     try:
         if work_dir is None:
             with tempfile.TemporaryDirectory(prefix="suite-preflight-") as tmp:
-                run = launch(args, n, Path(tmp), timeout_s=timeout_s)
+                run = launch(args, n, Path(tmp), timeout_s=timeout_s, stop=stop)
         else:
-            run = launch(args, n, Path(work_dir), timeout_s=timeout_s)
+            run = launch(args, n, Path(work_dir), timeout_s=timeout_s, stop=stop)
     except CommError as exc:  # recorded, not hidden: the manifest says the probe failed and why
+        if exc.interrupted:
+            raise  # the user asked to stop: not a probe failure
         return {"op": "all_reduce", "world_size": n, "device": dev, "error": str(exc)}
     return {
         "op": "all_reduce",

@@ -44,7 +44,7 @@ def test_suite_comm_two_gloo_ranks(cli, tmp_path, monkeypatch):
     from suite.comm import preflight as pf
 
     all_reduce_only = run.model_copy(update={"results": [r for r in run.results if r.op == "all_reduce"]})
-    monkeypatch.setattr(pf, "launch", lambda args, n, out, timeout_s: all_reduce_only)
+    monkeypatch.setattr(pf, "launch", lambda args, n, out, timeout_s, stop: all_reduce_only)
     probe = pf.preflight(world_size=2, device="cpu", cuda_devices=[], work_dir=tmp_path / "pf")
     assert probe["correct"] is True and probe["backend"] == "gloo"
     assert probe["busbw_GBps"] == {"1KiB": round(all_reduce_only.results[0].busbw / 1e9, 4),

@@ -1,0 +1,94 @@
+"""Helpers for the `suite run` end-to-end tests: run the CLI as a subprocess, watch its process tree by pid,
+and read what it stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_WORKER = "tests.e2e.fake_worker"
+
+
+@dataclass
+class CliRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    seen: dict[int, psutil.Process] = field(default_factory=dict)  # every descendant seen while it ran
+
+    def alive(self) -> list[int]:
+        """Pids of descendants still running (zombies count as gone)."""
+        out = []
+        for pid, p in self.seen.items():
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+            except psutil.NoSuchProcess:
+                continue
+        return out
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def env(worker: str | None = None, **extra: str) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if k not in ("SUITE_FAULT", "SUITE_WORKER_MODULE")}
+    e["PYTHONPATH"] = os.pathsep.join([str(REPO), e.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if worker:
+        e["SUITE_WORKER_MODULE"] = worker
+    e.update(extra)
+    return e
+
+
+def run_cli(args: list[str], cwd: Path, environ: dict[str, str], timeout: float = 600,
+            watch: Callable[[subprocess.Popen], None] | None = None) -> CliRun:
+    """`python -m suite ARGS`, polling its descendants every 0.2 s; `watch(proc)` may send it signals."""
+    proc = subprocess.Popen([sys.executable, "-m", "suite", *args], cwd=cwd, env=environ, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen: dict[int, psutil.Process] = {}
+    root = psutil.Process(proc.pid)
+    deadline = time.monotonic() + timeout
+    # communicate() with a timeout keeps draining both pipes and loses nothing when called again
+    while True:
+        try:
+            out, err = proc.communicate(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            for p in root.children(recursive=True):
+                seen.setdefault(p.pid, p)
+        except psutil.NoSuchProcess:
+            pass
+        if watch is not None:
+            watch(proc)
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"suite {' '.join(args)} did not finish in {timeout} s")
+    return CliRun(proc.returncode, out, err, seen)
+
+
+def run_dirs(results: Path, scenario: str) -> list[Path]:
+    base = results / scenario
+    return sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+
+
+def cell_results(run_dir: Path) -> dict[str, dict]:
+    """{<cell_id>-r<k>: result dict} of a run folder."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted((run_dir / "cells").glob("*.json"))}
+
+
+def runlog(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "runlog.jsonl").read_text().splitlines()]

@@ -34,7 +34,11 @@ from suite.results.env import allowed_env
 
 LABEL = "io.github.suite.launcher"  # every container this launcher creates carries it (cleanup, tests)
 SHM_SIZE = "8g"  # PyTorch DataLoader workers / NCCL use /dev/shm; Docker's default is 64 MB
-ULIMITS = {"memlock": (-1, -1), "stack": (67108864, 67108864)}  # as NVIDIA's PyTorch containers recommend
+# As NVIDIA's PyTorch containers recommend: a 64 MiB stack, and unlimited locked memory for GPU hosts (pinned
+# memory, NCCL over InfiniBand). Raising memlock needs CAP_SYS_RESOURCE in the daemon, which unprivileged or
+# nested daemons (CI machines) lack, so CPU cells do not ask for it.
+STACK = {"stack": (67108864, 67108864)}
+GPU_ULIMITS = {"memlock": (-1, -1), **STACK}
 # Host variables that only describe the host: never passed into the container.
 HOST_ONLY = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "SUITE_IMAGE", "SUITE_IMAGE_DIGEST")
 
@@ -122,7 +126,7 @@ def container_spec(cell, workdir: Path, image: str, device: str, *, worker_modul
         "user": f"{os.getuid()}:{os.getgid()}",
         "device_requests": device_requests(device, host_env),
         "shm_size": SHM_SIZE,
-        "ulimits": ULIMITS,
+        "ulimits": GPU_ULIMITS if device == "cuda" else STACK,
         "init": True,  # a real PID 1 reaps the ranks and forwards the stop signal
         "labels": {LABEL: "container", "io.github.suite.cell": cell.id, **_env_labels(host_env), **(labels or {})},
         "detach": True,
@@ -170,16 +174,21 @@ def run_cell(cell, workdir: Path, *, timeout_s: float, stop: threading.Event,
         result.error = "the container launcher needs an image (suite run --image IMAGE, or SUITE_IMAGE)"
         return result
     (workdir / "cell.json").write_text(cell.model_dump_json(indent=1), encoding="utf-8")
-    c = docker_client or client()
-    ref, digest = image_identity(image, c)
     spec = container_spec(cell, workdir, image, device, worker_module=worker_module)
-    result.extra.update(image=ref, image_digest=digest, command=spec["command"])
+    result.extra.update(image=image, command=spec["command"])
     container = None
     try:
-        container = c.containers.create(**_to_sdk(spec))
-        result.extra["container"] = container.short_id
-        result.started = time.time()
-        container.start()
+        try:  # a launch that cannot start is a failed cell with a reason, not a crashed run
+            c = docker_client or client()
+            result.extra["image"], result.extra["image_digest"] = image_identity(image, c)
+            container = c.containers.create(**_to_sdk(spec))
+            result.extra["container"] = container.short_id
+            result.started = time.time()
+            container.start()
+        except (RuntimeError, _docker().errors.DockerException) as exc:
+            result.error = f"container launch failed: {exc}"
+            result.ended = time.time()
+            return result
         logs = _stream_logs(container, log_path)
         deadline = time.monotonic() + timeout_s
         while True:

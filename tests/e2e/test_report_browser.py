@@ -1,0 +1,100 @@
+"""The HTML report, rendered for real in headless Chromium: the page loads with its tables and every plot image.
+
+Chromium (Debian: `apt-get install -y chromium`) loads a copy of the report with a small probe script appended:
+on the window's load event it writes what the browser actually got (tables, rows, each <img>'s naturalWidth and
+naturalHeight) into the DOM, and `--dump-dom` hands the DOM back.  A zero natural size means the browser could
+not decode the image.  A screenshot of the report itself (no probe) must be a real, non-blank picture.
+The test skips only when no Chromium binary can be found.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from report_fixtures import make_cells, make_manifest, make_result, write_run  # noqa: E402
+
+from suite.results.schema import Gate  # noqa: E402
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE_BASELINE = ROOT / "results" / "baselines" / "smoke"
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const probe = {
+    title: document.title,
+    tables: document.querySelectorAll("table").length,
+    cell_rows: document.querySelectorAll("table.cells tbody tr").length,
+    pivots: document.querySelectorAll("section.pivot table").length,
+    images: Array.from(document.images).map(i => ({complete: i.complete, w: i.naturalWidth, h: i.naturalHeight})),
+  };
+  const pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.textContent = JSON.stringify(probe);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no Chromium binary on PATH (Debian: apt-get install -y chromium)")
+
+
+def run_chromium(binary: str, tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           f"--user-data-dir={tmp / 'chromium-profile'}", "--hide-scrollbars", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def fixture_results(tmp_path: Path) -> Path:
+    cells = make_cells(strategy=["ddp", "zero1", "zero2", "zero3"], gpus=[2, 4],
+                       convergence={"match": {"strategy": "ddp"}})
+    gates = [Gate(name="match", passed=True, detail="within rtol")]
+    return write_run(tmp_path / "results", make_manifest(), [make_result(c, gates=gates) for c in cells])
+
+
+def check_report_in_browser(results: Path, tmp_path: Path, expect_rows: int) -> None:
+    binary = chromium()
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "suite", "report", str(results), "--format", "html", "--out",
+                           str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    page = out / "report.html"
+    probe_page = out / "probe.html"
+    probe_page.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+
+    dom = run_chromium(binary, tmp_path, "--virtual-time-budget=10000", "--dump-dom", probe_page.as_uri())
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dom.stdout, re.S)
+    assert found, f"the probe did not run; chromium exit {dom.returncode}: {dom.stderr[-2000:]}"
+    probe = json.loads(html.unescape(found.group(1)))
+    assert probe["title"] == "suite report"
+    assert probe["cell_rows"] == expect_rows
+    assert probe["tables"] >= 3 and probe["pivots"] >= 1
+    assert len(probe["images"]) >= 3
+    for img in probe["images"]:
+        assert img["complete"] and img["w"] > 0 and img["h"] > 0, probe["images"]
+
+    shot = tmp_path / "shot.png"
+    run_chromium(binary, tmp_path, "--window-size=1280,1600", f"--screenshot={shot}", page.as_uri())
+    assert shot.is_file(), "chromium wrote no screenshot"
+    from matplotlib.image import imread
+
+    pixels = imread(shot)
+    assert pixels.shape[:2] == (1600, 1280)
+    assert pixels[..., :3].std() > 0.05  # text, tables and plots, not a blank page
+
+
+def test_fixture_report_renders_in_chromium(tmp_path):
+    check_report_in_browser(fixture_results(tmp_path), tmp_path, expect_rows=8)

@@ -1,0 +1,60 @@
+"""Reporting 10,000 cell results must take seconds, not minutes: measured with pytest-benchmark.
+
+10,000 results = a 1,200-cell matrix (2 models x 5 seq_len x 4 strategies x 3 checkpointing modes x 5 world
+sizes x 2 precisions) stored by 8 nightly runs, plus a 400-cell partial run.  Benchmarked: the rows, every pivot,
+the Markdown and the CSV (what `suite report` computes; the plots draw at most a few dozen cells by design and
+are left out, as is JSON decoding, which the second benchmark measures from files on disk).
+"""
+
+from __future__ import annotations
+
+import pytest
+from report_fixtures import make_cells, make_manifest, make_result, write_run
+
+from suite.report.load import Run, load_runs
+from suite.report.markdown import report_markdown
+from suite.report.pivots import pivots
+from suite.report.render import to_csv
+from suite.report.tables import cell_rows
+
+SWEEP = dict(model=["gpt-tiny", "llama-tiny"], seq_len=[32, 64, 96, 128, 256],
+             strategy=["ddp", "zero1", "zero2", "zero3"], activation_checkpointing=["none", "selective", "full"],
+             gpus=[1, 2, 4, 8, 16], precision=["fp32", "bf16-mixed"], global_batch_size=64, micro_batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def runs() -> list[Run]:
+    cells = make_cells(**SWEEP)
+    assert len(cells) == 1200
+    results = [make_result(c, step_time_s=0.05 * c.seq_len / 64 / c.gpus) for c in cells]
+    out = []
+    for n in range(1, 10):
+        mine = results if n < 9 else results[:400]
+        out.append(Run(path=f"results/sweep/{n:04d}", manifest=make_manifest("sweep", n),  # type: ignore[arg-type]
+                       results=[r.model_copy(update={"repeat": 0}) for r in mine]))
+    assert sum(len(r.results) for r in out) == 10_000
+    return out
+
+
+def report(runs: list[Run]) -> tuple[int, int, int]:
+    rows = cell_rows(runs)
+    pv = pivots(rows)
+    md = report_markdown(runs, rows, pv, [])
+    csv = to_csv(rows)
+    return len(rows), len(pv), len(md) + len(csv)
+
+
+def test_report_10000_cells(benchmark, runs):
+    n_rows, n_pivots, size = benchmark.pedantic(report, args=(runs,), rounds=3, iterations=1)
+    assert n_rows == 10_000 and n_pivots == 4 and size > 1_000_000
+    if benchmark.stats is not None:  # None under --benchmark-disable
+        assert benchmark.stats.stats.median < 60, "reporting 10,000 cells should take seconds, not minutes"
+
+
+@pytest.mark.slow
+def test_load_10000_cell_files(benchmark, runs, tmp_path_factory):
+    root = tmp_path_factory.mktemp("results")
+    for run in runs:
+        write_run(root, run.manifest, run.results)
+    loaded = benchmark.pedantic(load_runs, args=([root],), rounds=1, iterations=1)
+    assert sum(len(r.results) for r in loaded) == 10_000

@@ -215,12 +215,14 @@ def compare(baseline: Path = typer.Argument(..., help="Baseline results (run fol
                                                 "(tokens_per_s, step_time, peak_memory, final_loss; repeatable)."),
             alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the Mann-Whitney U test."),
             strict: bool = typer.Option(False, "--strict", help="Exit 2 when the environments differ."),
+            ignore_env: List[str] = typer.Option([], "--ignore-env", help="An environment field --strict accepts "
+                                                 "differing, e.g. image_digest (repeatable)."),
             fmt: str = typer.Option("term", "--format", help="term | md | junit."),
             out: Optional[Path] = typer.Option(None, "--out", help="File for the md or junit output.")) -> None:
     """Compare two sets of results cell by cell: exit 0 no regression, 1 regression, 2 usage error."""
     from suite.report.commands import compare as run_compare
 
-    raise typer.Exit(run_compare(baseline, current, threshold, alpha, strict, fmt, out))
+    raise typer.Exit(run_compare(baseline, current, threshold, alpha, strict, fmt, out, ignore_env))
 
 
 @app.command()

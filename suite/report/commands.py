@@ -42,14 +42,17 @@ def report(paths: list[Path], formats: list[str], out: Path | None, group_by: li
 
 
 def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, strict: bool, fmt: str,
-            out: Path | None) -> int:
-    from suite.report.compare import CompareUsageError, compare as run_compare, parse_threshold
+            out: Path | None, ignore_env: list[str] = ()) -> int:
+    from suite.report.compare import ENV_FIELDS, CompareUsageError, compare as run_compare, parse_threshold
     from suite.report.compare_out import print_terminal, to_markdown
     from suite.report.junit import to_junit
     from suite.report.load import LoadError, load_runs
 
     if fmt not in ("term", "md", "junit"):
         return _error(f"--format {fmt!r} is not one of term, md, junit")
+    unknown = [f for f in ignore_env if f not in ENV_FIELDS]
+    if unknown:
+        return _error(f"--ignore-env {unknown[0]!r} is not one of {', '.join(ENV_FIELDS)}")
     if fmt == "term" and out is not None:
         return _error("--out needs --format md or junit (term prints to the console)")
     try:
@@ -75,8 +78,10 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
         err_console.print("warning: the environments differ in: "
                           + "; ".join(f"{d.field} ({d.baseline} -> {d.current})" for d in result.env),
                           style="yellow", highlight=False, markup=False)
-        if strict:
-            return _error("--strict: refusing to compare results from different environments")
+        refused = [d.field for d in result.env if d.field not in ignore_env]
+        if strict and refused:
+            return _error(f"--strict: refusing to compare results whose environments differ in {', '.join(refused)}"
+                          " (--ignore-env FIELD accepts an expected difference)")
     return 1 if result.regressions else 0
 
 

@@ -239,11 +239,15 @@ def _compare_cell(cid: str, desc: str, b: Side, c: Side, thr: dict[str, float], 
     return findings + [mem, conv, loss]
 
 
+# What must match for two results to be comparable (the names --ignore-env takes).
+ENV_FIELDS = ("device_model", "device_count", "world_size", "precision", "torch", "cuda", "nccl", "image_digest")
+
+
 def _env_values(run: Run) -> dict[str, str]:
     m = run.manifest
     device = ", ".join(sorted(set(m.devices))) if m.devices else f"cpu: {m.cpu_model}"
-    return {"device model": device, "device count": str(m.device_count), "torch": str(m.torch),
-            "CUDA": str(m.cuda), "NCCL": str(m.nccl), "container image digest": str(m.container_image_digest)}
+    return {"device_model": device, "device_count": str(m.device_count), "torch": str(m.torch),
+            "cuda": str(m.cuda), "nccl": str(m.nccl), "image_digest": str(m.container_image_digest)}
 
 
 def environment_diffs(pairs: list[tuple[Side, Side]]) -> list[EnvDiff]:
@@ -253,11 +257,12 @@ def environment_diffs(pairs: list[tuple[Side, Side]]) -> list[EnvDiff]:
     for b, c in pairs:
         for side, acc in ((b, base), (c, cur)):
             values = _env_values(side.run)
-            values["world size"] = str(side.results[0].axes.get("gpus"))
+            values["world_size"] = str(side.results[0].axes.get("gpus"))
             values["precision"] = str(side.results[0].axes.get("precision"))
             for k, v in values.items():
                 acc.setdefault(k, set()).add(v)
-    return [EnvDiff(k, ", ".join(sorted(base[k])), ", ".join(sorted(cur[k]))) for k in base if base[k] != cur.get(k)]
+    return [EnvDiff(k, ", ".join(sorted(base[k])), ", ".join(sorted(cur[k])))
+            for k in ENV_FIELDS if k in base and base[k] != cur.get(k)]
 
 
 def compare(baseline: list[Run], current: list[Run], thresholds: dict[str, float] | None = None,

@@ -141,10 +141,13 @@ def test_environment_differences_warn_and_strict_refuses(cli, tmp_path, cells):
                 container_image_digest="sha256:feed")
     res = compare(load_runs([base]), load_runs([cur]))
     assert {(d.field, d.baseline, d.current) for d in res.env} == {
-        ("torch", "2.14.1", "2.15.0"), ("container image digest", "None", "sha256:feed")}
+        ("torch", "2.14.1", "2.15.0"), ("image_digest", "None", "sha256:feed")}
     result = cli("compare", base, cur)
     assert result.exit_code == 0 and "environments differ" in result.stdout and "torch (2.14.1 -> 2.15.0)" in result.stderr
     assert cli("compare", base, cur, "--strict").exit_code == 2
+    assert cli("compare", base, cur, "--strict", "--ignore-env", "image_digest").exit_code == 2  # torch still differs
+    assert cli("compare", base, cur, "--strict", "--ignore-env", "image_digest", "--ignore-env", "torch").exit_code == 0
+    assert cli("compare", base, cur, "--ignore-env", "colour").exit_code == 2
 
 
 def test_latest_run_wins_when_a_side_holds_a_cell_twice(tmp_path, cells):

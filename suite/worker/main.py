@@ -49,7 +49,7 @@ class _Outcome:
     train_s: float = 0.0
     cuda: CudaMemory | None = None
     peaks: PeakMemory | None = None
-    events: measure.EventLog = field(default_factory=lambda: measure.EventLog(None, enabled=False))
+    events: measure.EventLog | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -67,6 +67,8 @@ def run_worker(cell, out_dir: Path) -> RankRecord:
     out_dir = Path(out_dir)
     torch.set_num_threads(cell.threads_per_rank)
     out = _Outcome()
+    # rank 0 by the environment, so even a failing process-group setup leaves its "done" line
+    out.events = measure.EventLog(out_dir / "events.jsonl", enabled=wdist.env_int("RANK", 0) == 0)
     try:
         get_strategy(cell.strategy)  # import the strategy's module now, outside the setup clock
         _train(cell, out_dir, out)
@@ -86,7 +88,7 @@ def _train(cell, out_dir: Path, out: _Outcome) -> None:
     t0 = time.perf_counter()
     out.rank = rank = wdist.setup(cell.device, cell.gpus)
     t_pg = time.perf_counter()
-    out.events = events = measure.EventLog(out_dir / "events.jsonl", enabled=rank.rank == 0)
+    events = out.events
     faults = Faults(cell.id)
     with torch.device(rank.device):
         model = build_model(cell.model, cell.seed)

@@ -1,0 +1,93 @@
+"""Helpers for multi-rank worker tests: build cells, launch them with torchrun or as one spawned group.
+
+Each launch of fresh processes costs ~10 s here (every rank imports torch), so most 2-rank checks run in one
+*group*: 2 processes started once (RANK/WORLD_SIZE/MASTER_ADDR set as torchrun would) that call
+`suite.worker.main.run_worker` — the function Ray Train calls — for a list of cells one after another, each
+cell with its own process group on its own port (tests/dist/group_worker.py).  The `python -m suite.worker`
+entry point itself is tested with real torchrun launches (`torchrun_cell`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from suite.cells import Cell, expand
+from suite.results.schema import RankRecord
+from suite.scenario import Scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BASE = dict(name="dist-test", model="gpt-tiny", seq_len=32, steps=6, warmup_steps=1, device="cpu",
+            micro_batch_size=2, global_batch_size=4, gpus=2, optimizer={"lr": 5e-3})
+
+
+def make_cell(**overrides) -> Cell:
+    """One cell from BASE plus overrides (any Scenario field, single values only)."""
+    (cell,) = expand(Scenario(**{**BASE, **overrides}))
+    return cell
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(extra or {})}
+
+
+def read_records(out: Path, world: int) -> list[RankRecord]:
+    return [RankRecord.model_validate_json((out / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def torchrun_cell(cell: Cell, out: Path, env: dict[str, str] | None = None, timeout: float = 240):
+    """`torchrun --standalone --nproc_per_node gpus -m suite.worker cell.json out` -> (returncode, output)."""
+    out.mkdir(parents=True, exist_ok=True)
+    cell_file = out / "cell.json"
+    cell_file.write_text(cell.model_dump_json())
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={cell.gpus}",
+           "-m", "suite.worker", str(cell_file), str(out)]
+    p = subprocess.run(cmd, cwd=ROOT, env=worker_env(env), capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def run_group(cells: list[Cell], out_root: Path, world: int = 2, timeout: float = 600) -> dict[str, list[RankRecord]]:
+    """Run every cell on `world` spawned ranks (one process per rank for all cells); records by cell id."""
+    if any(c.gpus != world for c in cells):
+        raise ValueError(f"every cell of a group needs gpus: {world}")
+    out_root.mkdir(parents=True, exist_ok=True)
+    spec = out_root / "group.json"
+    spec.write_text(json.dumps({"cells": [c.model_dump(mode="json") for c in cells], "ports": free_ports(len(cells)),
+                                "out_root": str(out_root)}))
+    procs = []
+    for r in range(world):
+        env = worker_env({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
+                          "MASTER_ADDR": "127.0.0.1"})
+        log = open(out_root / f"group_rank{r}.log", "w")
+        procs.append((subprocess.Popen([sys.executable, "-m", "tests.dist.group_worker", str(spec)], cwd=ROOT,
+                                       env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    try:
+        codes = [p.wait(timeout=timeout) for p, _ in procs]
+    finally:
+        for p, log in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            log.close()
+    if any(codes):
+        logs = "\n".join((out_root / f"group_rank{r}.log").read_text()[-3000:] for r in range(world))
+        raise RuntimeError(f"group ranks exited {codes}:\n{logs}")
+    return {c.id: read_records(out_root / c.id, world) for c in cells}

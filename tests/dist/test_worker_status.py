@@ -1,0 +1,81 @@
+"""The worker's statuses and exit codes, through `python -m suite.worker`'s main() in-process (1 rank, gloo)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from suite.results.schema import RankRecord
+from suite.worker import __main__ as entry
+from suite.worker.faults import Faults, parse
+from tests.dist.spawn import make_cell
+
+
+def run_main(cell, tmp_path, monkeypatch, fault: str | None = None):
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    if fault is None:
+        monkeypatch.delenv("SUITE_FAULT", raising=False)
+    else:
+        monkeypatch.setenv("SUITE_FAULT", fault)
+    (tmp_path / "cell.json").write_text(cell.model_dump_json())
+    code = entry.main([str(tmp_path / "cell.json"), str(tmp_path / "out")])
+    record = RankRecord.model_validate_json((tmp_path / "out" / "rank0.json").read_text())
+    events = [json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    return code, record, events
+
+
+def test_ok_run_exits_0_and_logs_every_step(tmp_path, monkeypatch):
+    cell = make_cell(gpus=1, steps=3)
+    code, record, events = run_main(cell, tmp_path, monkeypatch)
+    assert code == 0 and record.status == "ok" and record.error is None
+    assert [e["event"] for e in events] == ["setup_done", "step", "step", "step", "done"]
+    assert record.tensor_bytes.parameters == 4 * cell.model.num_parameters()
+
+
+def test_nan_fault_stops_at_once_as_diverged(tmp_path, monkeypatch):
+    cell = make_cell(gpus=1, steps=6)
+    code, record, events = run_main(cell, tmp_path, monkeypatch, fault=f"other:raise@0,{cell.id}:nan@2")
+    assert code == 3 and record.status == "diverged"
+    assert len(record.losses) == 3 and all(x == x for x in record.losses[:2]) and record.losses[2] != record.losses[2]
+    assert "step 2" in record.error
+    assert events[-1] == {**events[-1], "event": "done", "status": "diverged"}
+
+
+def test_raise_fault_is_a_failure_with_the_traceback(tmp_path, monkeypatch):
+    cell = make_cell(gpus=1, steps=4)
+    code, record, events = run_main(cell, tmp_path, monkeypatch, fault=f"{cell.id}:raise@1")
+    assert code == 1 and record.status == "failed" and len(record.losses) == 1
+    assert "InjectedFault: injected fault: raise at step 1" in record.error and "Traceback" in record.error
+    assert events[-1]["status"] == "failed"
+
+
+def test_out_of_memory_is_oom(tmp_path, monkeypatch):
+    def no_memory(shape, seed):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    monkeypatch.setattr("suite.worker.main.build_model", no_memory)
+    code, record, _ = run_main(make_cell(gpus=1), tmp_path, monkeypatch)
+    assert code == 4 and record.status == "oom" and "80.00 GiB" in record.error
+    assert record.setup_s is None and record.losses == []
+
+
+def test_wrong_world_size_fails_clearly(tmp_path, monkeypatch):
+    code, record, _ = run_main(make_cell(gpus=2), tmp_path, monkeypatch)
+    assert code == 1 and "WORLD_SIZE is 1 but the cell has gpus: 2" in record.error
+
+
+def test_usage_without_arguments():
+    assert entry.main([]) == 2
+
+
+def test_fault_spec_parsing():
+    assert parse("a:raise@3, b:nan@1,a:hang@5", "a") == {3: "raise", 5: "hang"}
+    assert parse("", "a") == {} and Faults("a", "b:nan@1").at == {}
+    assert Faults("a", "a:nan@2").poison(2) and not Faults("a", "a:nan@2").poison(1)
+    with pytest.raises(ValueError, match="kind 'explode'"):
+        parse("a:explode@1", "a")
+    with pytest.raises(ValueError, match="malformed"):
+        parse("a:raise", "a")

@@ -74,6 +74,10 @@ class RankRecord(_Record):
     local_rank: int
     hostname: str
     node_ip: str | None = None
+    node_id: str | None = Field(
+        None, description="Cluster node id (Ray's node id under launcher ray, None under torchrun): it "
+        "tells apart nodes that share a host name and address."
+    )
     device: str = Field(description="torch device string, e.g. cpu or cuda:0.")
     device_name: str = Field(description="Device model (torch.cuda.get_device_name) or the CPU model.")
     status: Literal["ok", "diverged", "failed", "oom"]
@@ -149,6 +153,10 @@ class RankInfo(_Record):
     rank: int
     hostname: str
     node_ip: str | None = None
+    node_id: str | None = Field(
+        None, description="Cluster node id (Ray's node id under launcher ray, None under torchrun): it "
+        "tells apart nodes that share a host name and address."
+    )
     device_name: str
 
 

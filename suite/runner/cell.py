@@ -132,6 +132,7 @@ def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir
         cell_id=cell.id, repeat=repeat, axes=cell.axes(), cell=cell.model_dump(mode="json"), status=status,
         error=error, started_at=utc_iso(launch.started or time.time()), finished_at=utc_iso(launch.ended or None),
         launcher=launch.launcher, prediction=prediction,
-        ranks=[RankInfo(rank=r.rank, hostname=r.hostname, node_ip=r.node_ip, device_name=r.device_name)
+        ranks=[RankInfo(rank=r.rank, hostname=r.hostname, node_ip=r.node_ip, node_id=r.node_id,
+                        device_name=r.device_name)
                for r in records],
         restarts=restarts, extra=more, **numbers)

@@ -80,6 +80,7 @@ def memory(record: RankRecord, predicted: dict[str, float]) -> MemoryComparison:
         "parameters": tb.parameters if tb else None,
         "gradients": tb.gradients if tb else None,
         "optimizer_states": tb.optimizer_states if tb else None,
+        "master_weights": tb.master_weights if tb else None,
         "activations": pk.activations if pk else None,
         "unsharded_parameters": pk.unsharded_parameters if pk else None,
         "total_tracker": pk.total if pk else None,
@@ -87,7 +88,7 @@ def memory(record: RankRecord, predicted: dict[str, float]) -> MemoryComparison:
         "reserved_cuda": cm.max_memory_reserved if cm else None,
     }
     ratio = {key: _ratio(measured[key], predicted.get(key))
-             for key in ("parameters", "gradients", "optimizer_states", "activations")}
+             for key in ("parameters", "gradients", "optimizer_states", "master_weights", "activations")}
     ratio["total_tracker"] = _ratio(measured["total_tracker"], predicted.get("total"))
     ratio["total_cuda"] = _ratio(measured["total_cuda"], predicted.get("total"))
     return MemoryComparison(measured=measured, predicted=dict(predicted), ratio=ratio)

@@ -62,7 +62,8 @@ def read_records(workdir: Path) -> tuple[list[RankRecord], list[str]]:
         try:
             records.append(RankRecord.model_validate_json(path.read_text(encoding="utf-8")))
         except (OSError, ValidationError, ValueError) as exc:
-            problems.append(f"{path.name}: unreadable record: {str(exc).splitlines()[0]}")
+            # pydantic's first line only counts the errors; the next two name the field and the problem
+            problems.append(f"{path.name}: unreadable record: {' '.join(str(exc).splitlines()[:3])}")
     return sorted(records, key=lambda r: r.rank), problems
 
 

@@ -25,6 +25,11 @@ class CliRun:
     stdout: str
     stderr: str
     seen: dict[int, psutil.Process] = field(default_factory=dict)  # every descendant seen while it ran
+    cmdlines: dict[int, str] = field(default_factory=dict)  # their command lines, read when first seen
+
+    def workers(self, module: str = "suite.worker") -> list[int]:
+        """Pids of worker ranks seen (not the torchrun process that names the module too)."""
+        return [pid for pid, c in self.cmdlines.items() if module in c and "torch.distributed.run" not in c]
 
     def alive(self) -> list[int]:
         """Pids of descendants still running (zombies count as gone)."""
@@ -58,6 +63,7 @@ def run_cli(args: list[str], cwd: Path, environ: dict[str, str], timeout: float 
     proc = subprocess.Popen([sys.executable, "-m", "suite", *args], cwd=cwd, env=environ, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     seen: dict[int, psutil.Process] = {}
+    cmdlines: dict[int, str] = {}
     root = psutil.Process(proc.pid)
     deadline = time.monotonic() + timeout
     # communicate() with a timeout keeps draining both pipes and loses nothing when called again
@@ -69,7 +75,12 @@ def run_cli(args: list[str], cwd: Path, environ: dict[str, str], timeout: float 
             pass
         try:
             for p in root.children(recursive=True):
-                seen.setdefault(p.pid, p)
+                if p.pid not in seen:
+                    seen[p.pid] = p
+                    try:
+                        cmdlines[p.pid] = " ".join(p.cmdline())
+                    except psutil.Error:
+                        cmdlines[p.pid] = ""
         except psutil.NoSuchProcess:
             pass
         if watch is not None:
@@ -77,7 +88,7 @@ def run_cli(args: list[str], cwd: Path, environ: dict[str, str], timeout: float 
         if time.monotonic() > deadline:
             proc.kill()
             raise AssertionError(f"suite {' '.join(args)} did not finish in {timeout} s")
-    return CliRun(proc.returncode, out, err, seen)
+    return CliRun(proc.returncode, out, err, seen, cmdlines)
 
 
 def run_dirs(results: Path, scenario: str) -> list[Path]:

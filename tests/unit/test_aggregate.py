@@ -71,14 +71,15 @@ def test_mfu_accounting_known_device_and_none_otherwise():
 
 
 def test_memory_beside_prediction_with_ratios():
-    r = _record(tensor_bytes=TensorBytes(parameters=200, gradients=400, optimizer_states=400),
+    r = _record(tensor_bytes=TensorBytes(parameters=200, gradients=400, optimizer_states=400, master_weights=100),
                 cuda_memory=CudaMemory(max_memory_allocated=5200, max_memory_reserved=6000, num_alloc_retries=0,
                                        num_ooms=0),
                 peaks=PeakMemory(activations=500, total=1300))
     m = agg.memory(r, PREDICTION["memory_bytes"])
     assert m.measured["parameters"] == 200 and m.measured["total_cuda"] == 5200
     assert m.ratio == {"parameters": 0.5, "gradients": 1.0, "optimizer_states": 0.5, "activations": 0.5,
-                       "total_tracker": 0.5, "total_cuda": 2.0}
+                       "master_weights": None, "total_tracker": 0.5, "total_cuda": 2.0}  # none predicted: no ratio
+    assert m.measured["master_weights"] == 100
     assert m.predicted == PREDICTION["memory_bytes"]
     bare = agg.memory(_record(), PREDICTION["memory_bytes"])  # CPU without tracker: nothing measured, no ratio
     assert bare.ratio["total_cuda"] is None and bare.measured["parameters"] is None

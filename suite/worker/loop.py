@@ -75,10 +75,12 @@ class Trainer:
         par.after_step()
         return total
 
-    def run(self, data, faults, events, on_first_step: Callable[[], None], on_warmup_end: Callable[[], None]):
-        """The timed loop over cell.steps optimizer steps; raises Diverged on a non-finite global loss."""
+    def run(self, data, faults, events, on_first_step: Callable[[], None], on_warmup_end: Callable[[], None],
+            start: int = 0, after_step: Callable[[int, float], None] | None = None):
+        """The timed loop over optimizer steps start..cell.steps-1 (start > 0: resumed from a checkpoint);
+        raises Diverged on a non-finite global loss; `after_step(step, loss)` runs outside the step's timer."""
         world = torch.distributed.get_world_size()
-        for step in range(self.cell.steps):
+        for step in range(start, self.cell.steps):
             batches = self.batches(data, step)
             faults.before_step(step)
             synchronize(self.device)
@@ -92,7 +94,9 @@ class Trainer:
             events.emit("step", step=step, loss=loss, step_time_s=dt)
             if not math.isfinite(loss):
                 raise Diverged(step, loss)
-            if step == 0:
+            if step == start:
                 on_first_step()
             if step + 1 == self.cell.warmup_steps:
                 on_warmup_end()
+            if after_step is not None:
+                after_step(step, loss)

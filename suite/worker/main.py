@@ -62,8 +62,12 @@ def _tokens_per_step(cell) -> int:
     return cell.global_batch_size * (1 if cell.model.family == "vit" else cell.seq_len)
 
 
-def run_worker(cell, out_dir: Path) -> RankRecord:
-    """Train `cell` as this rank (identity from torchrun's environment) and write OUT_DIR/rank<R>.json."""
+def run_worker(cell, out_dir: Path, hooks=None) -> RankRecord:
+    """Train `cell` as this rank (identity from torchrun's environment) and write OUT_DIR/rank<R>.json.
+
+    `hooks` (optional; Ray Train's entry passes one, see suite/worker/ray_entry.py) has
+    `resume(par, trainer) -> start_step` (load a checkpoint, restore the loss curve so far; 0 = fresh start)
+    and `after_step(step, loss)` (called on every rank after each optimizer step, e.g. to checkpoint)."""
     out_dir = Path(out_dir)
     torch.set_num_threads(cell.threads_per_rank)
     out = _Outcome()
@@ -71,7 +75,7 @@ def run_worker(cell, out_dir: Path) -> RankRecord:
     out.events = measure.EventLog(out_dir / "events.jsonl", enabled=wdist.env_int("RANK", 0) == 0)
     try:
         get_strategy(cell.strategy)  # import the strategy's module now, outside the setup clock
-        _train(cell, out_dir, out)
+        _train(cell, out_dir, out, hooks)
         out.status = "ok"
     except Diverged as exc:
         out.status, out.error = "diverged", str(exc)
@@ -84,7 +88,7 @@ def run_worker(cell, out_dir: Path) -> RankRecord:
     return _finish(cell, out_dir, out)
 
 
-def _train(cell, out_dir: Path, out: _Outcome) -> None:
+def _train(cell, out_dir: Path, out: _Outcome, hooks=None) -> None:
     t0 = time.perf_counter()
     out.rank = rank = wdist.setup(cell.device, cell.gpus)
     t_pg = time.perf_counter()
@@ -105,10 +109,14 @@ def _train(cell, out_dir: Path, out: _Outcome) -> None:
     out.trainer = trainer = Trainer(par, cell, rank.device)
     measure.reset_cuda_peaks(rank.device)
     try:
+        start = hooks.resume(par, trainer) if hooks is not None else 0  # > 0: continuing from a checkpoint
+        if start:
+            out.extra["resumed_from_step"] = start
         trainer.run(
             data, faults, events,
             on_first_step=lambda: setattr(out, "tensor_bytes", par.count_bytes()),
             on_warmup_end=lambda: measure.reset_cuda_peaks(rank.device),
+            start=start, after_step=hooks.after_step if hooks is not None else None,
         )
     finally:
         out.train_s = time.perf_counter() - t_data

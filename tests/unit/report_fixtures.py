@@ -41,11 +41,12 @@ def _quantile(values: list[float], q: float) -> float:
 def make_result(cell: Cell, *, repeat: int = 0, status: str = "ok", step_time_s: float = 0.1, noise: float = 0.02,
                 n_steps: int = 25, seed: int = 0, memory_scale: float = 1.05, loss_start: float = 4.0,
                 loss_end: float = 2.5, gates: list[Gate] | None = None, peak_flops: float | None = None,
-                measured_memory: bool = True) -> CellResult:
+                memory: str = "cuda") -> CellResult:
     """One stored CellResult of `cell` with seeded synthetic measurements.
 
     step times ~ step_time_s * (1 + noise * N(0, 1)); measured memory = the prediction x memory_scale (activations
-    at 60% of the textbook value, as fused kernels give); statuses other than ok/gate-failed carry no measurements.
+    at 60% of the textbook value, as fused kernels give); memory="cuda" measures a CUDA peak, "states" only the
+    counted tensor bytes (a CPU run), "none" nothing.  Statuses other than ok/gate-failed carry no measurements.
     """
     rng = random.Random(f"{cell.id}-{repeat}-{seed}")
     pred = predict(cell)
@@ -65,24 +66,30 @@ def make_result(cell: Cell, *, repeat: int = 0, status: str = "ok", step_time_s:
     losses = [loss_end + (loss_start - loss_end) * math.exp(-4 * i / total_steps) + rng.gauss(0, 1e-6)
               for i in range(total_steps)]
     tokens_per_step = cell.global_batch_size * cell.seq_len
-    med = _quantile(times, 0.5)
-    tps = tokens_per_step / med
+    med, mean = _quantile(times, 0.5), sum(times) / n_steps
+    tps = tokens_per_step / mean  # the runner's definition: per step / mean step time
     pm = pred.memory_bytes.model_dump()
-    measured: dict[str, float | None]
-    if measured_memory:
-        measured = {k: pm[k] * memory_scale for k in ("parameters", "gradients", "optimizer_states", "master_weights")}
+    # the runner's keys (suite/runner/aggregate.py): counted tensor bytes, tracker peaks, CUDA allocator peaks
+    measured: dict[str, float | None] = dict.fromkeys(
+        ("parameters", "gradients", "optimizer_states", "activations", "unsharded_parameters", "total_tracker",
+         "total_cuda", "reserved_cuda"))
+    if memory in ("cuda", "states"):
+        states = [pm[k] * memory_scale for k in ("parameters", "gradients", "optimizer_states")]
+        measured.update(parameters=states[0], gradients=states[1], optimizer_states=states[2])
+    if memory == "cuda":
         measured["activations"] = pm["activations"] * 0.6 * memory_scale
-        measured["total"] = sum(measured.values())
-    else:
-        measured = {k: None for k in pm}
-    ratio = {k: (measured.get(k) / pm[k] if measured.get(k) is not None and pm[k] else None) for k in pm}
+        measured["total_cuda"] = sum(states) + pm["master_weights"] * memory_scale + measured["activations"]
+        measured["reserved_cuda"] = measured["total_cuda"] * 1.2
+    ratio = {k: (measured[k] / pm[k] if measured.get(k) is not None and pm.get(k) else None)
+             for k in ("parameters", "gradients", "optimizer_states", "activations")}
+    ratio["total_cuda"] = measured["total_cuda"] / pm["total"] if measured["total_cuda"] is not None else None
     flops = pred.flops_per_token
     return CellResult(
         **base, losses=losses, final_loss=losses[-1], step_times_s=times,
         step_time=StepStats(n=n_steps, median=med, p10=_quantile(times, 0.1), p90=_quantile(times, 0.9),
-                            mean=sum(times) / n_steps),
+                            mean=mean),
         throughput=Throughput(tokens_per_s=tps, tokens_per_s_per_device=tps / cell.gpus,
-                              samples_per_s=cell.global_batch_size / med),
+                              samples_per_s=cell.global_batch_size / mean),
         mfu=Mfu(value=None if peak_flops is None else tps / cell.gpus * flops / peak_flops,
                 formula="6N + 12 L h s per token", flops_per_token=flops, peak_flops=peak_flops,
                 peak_source=None if peak_flops is None else "datasheet", precision=cell.precision),

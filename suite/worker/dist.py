@@ -29,7 +29,7 @@ class Rank:
 
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
-    """auto = this rank's GPU when CUDA is available, else the CPU."""
+    """auto = this rank's GPU (cuda:LOCAL_RANK) when CUDA is available, else the CPU."""
     if requested not in ("auto", "cuda", "cpu"):
         raise ValueError(f"device {requested!r} is unknown; expected auto, cuda or cpu")
     use_cuda = torch.cuda.is_available() if requested == "auto" else requested == "cuda"
@@ -37,8 +37,11 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise RuntimeError("device: cuda was requested but torch.cuda.is_available() is False on this machine")
-    if local_rank >= torch.cuda.device_count():
-        raise RuntimeError(f"LOCAL_RANK {local_rank} has no GPU: this machine has {torch.cuda.device_count()}")
+    count = torch.cuda.device_count()
+    if count == 1:  # one visible GPU per process (Ray, or CUDA_VISIBLE_DEVICES set per rank): it is ours
+        return torch.device("cuda", 0)
+    if local_rank >= count:
+        raise RuntimeError(f"LOCAL_RANK {local_rank} has no GPU: {count} are visible (CUDA_VISIBLE_DEVICES)")
     return torch.device("cuda", local_rank)
 
 

@@ -50,6 +50,7 @@ class _Outcome:
     cuda: CudaMemory | None = None
     peaks: PeakMemory | None = None
     events: measure.EventLog | None = None
+    host: tuple[str, str | None] = ("", None)  # (hostname, ip)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -70,7 +71,7 @@ def run_worker(cell, out_dir: Path, hooks=None) -> RankRecord:
     and `after_step(step, loss)` (called on every rank after each optimizer step, e.g. to checkpoint)."""
     out_dir = Path(out_dir)
     torch.set_num_threads(cell.threads_per_rank)
-    out = _Outcome()
+    out = _Outcome(host=measure.host_identity())
     # rank 0 by the environment, so even a failing process-group setup leaves its "done" line
     out.events = measure.EventLog(out_dir / "events.jsonl", enabled=wdist.env_int("RANK", 0) == 0)
     try:
@@ -137,7 +138,7 @@ def _finish(cell, out_dir: Path, out: _Outcome) -> RankRecord:
     if rank is not None:
         wdist.teardown(rank)
     device = rank.device if rank is not None else torch.device("cpu")
-    host, ip = measure.host_identity()
+    host, ip = out.host
     record = RankRecord(
         cell_id=cell.id,
         rank=rank.rank if rank else wdist.env_int("RANK", 0),

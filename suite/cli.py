@@ -134,9 +134,16 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
                                     "run folder given instead of the file), skipping cells with a final result."),
         repeats: Optional[int] = typer.Option(None, "--repeats", min=1, help="Runs of each cell (default: the "
                                               "scenario's repeats)."),
-        force: bool = typer.Option(False, "--force", help="Launch cells predicted infeasible too.")) -> None:
+        force: bool = typer.Option(False, "--force", help="Launch cells predicted infeasible too."),
+        ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster for launcher: ray cells "
+                                                  "(HOST:PORT; default $RAY_ADDRESS, else a private local cluster "
+                                                  "suite starts and stops).")) -> None:
     """Run every cell of a scenario (torchrun or Ray) into a new, append-only run folder."""
+    import os
     import sys
+
+    if ray_address:
+        os.environ["RAY_ADDRESS"] = ray_address  # read by suite.launch.ray; recorded in the manifest (RAY_*)
 
     from rich.markup import escape
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Group
 from rich.table import Table
 
@@ -73,9 +74,13 @@ def runs_table(root: Path) -> Table:
         try:
             m = store.read_manifest(run)
             when, commit = m.created_at, (m.git_commit or "-")[:7] + ("*" if m.git_dirty else "")
-        except store.StoreError:
-            when, commit = "-", "-"
-        results = store.read_cell_results(run)
+        except (store.StoreError, ValidationError) as exc:  # listed anyway, with why it is unreadable
+            when, commit = f"unreadable manifest: {str(exc).splitlines()[0][:60]}", "-"
+        try:
+            results = store.read_cell_results(run)
+        except (store.StoreError, ValidationError) as exc:
+            rows.append([run.parent.name, run.name, when, commit, "-", f"unreadable: {str(exc)[:80]}", str(run)])
+            continue
         counts = " ".join(f"{k} {v}" for k, v in sorted(status_counts(results).items())) or "no cells yet"
         rows.append([run.parent.name, run.name, when, commit, len(results), counts, str(run)])
     return table(f"runs under {root}", ["scenario", "run", "created (UTC)", "commit", "cells", "statuses",

@@ -27,7 +27,7 @@ from suite.cells import Cell, expand, load_cells
 from suite.launch import DEFAULT_WORKER, launch
 from suite.plan import predict
 from suite.results import store
-from suite.results.env import build_manifest, torch_info
+from suite.results.env import build_manifest, git_info, torch_info
 from suite.results.schema import FINAL_STATUSES, CellResult
 from suite.runner.cell import build_result, infeasible_reason, infeasible_result, resolve_device
 from suite.runner.gates import first_failure, loss_gates, match_gate, order_cells, reference_of
@@ -131,8 +131,6 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
     facts = torch_info()
     gpu_count = len(facts.get("devices") or [])
     if run_dir is None:
-        from suite.results.env import git_info
-
         run_dir = store.create_run_dir(opts.results, scenario.name, git_info()[0])
         store.write_atomic(run_dir / "scenario.yaml",
                            yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))

@@ -137,13 +137,11 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
         force: bool = typer.Option(False, "--force", help="Launch cells predicted infeasible too."),
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster for launcher: ray cells "
                                                   "(HOST:PORT; default $RAY_ADDRESS, else a private local cluster "
-                                                  "suite starts and stops).")) -> None:
+                                                  "suite starts and stops)."),
+        image: Optional[str] = typer.Option(None, "--image", help="Run each torchrun cell in a fresh container of "
+                                            "this local image (Docker SDK); its digest goes into the manifest.")) -> None:
     """Run every cell of a scenario (torchrun or Ray) into a new, append-only run folder."""
-    import os
     import sys
-
-    if ray_address:
-        os.environ["RAY_ADDRESS"] = ray_address  # read by suite.launch.ray; recorded in the manifest (RAY_*)
 
     from rich.markup import escape
 
@@ -154,7 +152,7 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
 
     file, resume_dir = (None, target) if resume and target.is_dir() else (target, None)
     opts = RunOptions(results=results, only=only, resume=resume, resume_dir=resume_dir, repeats=repeats,
-                      force=force, command=["suite", *sys.argv[1:]])
+                      force=force, image=image, ray_address=ray_address, command=["suite", *sys.argv[1:]])
     try:
         outcome = run_scenario(file, opts, err_console)
     except (ScenarioError, RunError) as exc:

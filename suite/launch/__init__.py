@@ -11,7 +11,8 @@ reads them.  Every launcher has the same call:
 - `on_poll`: called a few times a second while the cell runs (the runner updates its progress display).
 - `device`: the resolved device kind ("cuda" or "cpu").
 
-`launch()` picks the launcher named by the cell (`torchrun`, or `ray` from suite.launch.ray when present).
+`launch()` picks the launcher named by the cell (`torchrun`, or `ray` from suite.launch.ray), or the one the
+runner asks for (`container`, for `suite run --image IMAGE`: the same torchrun command inside a fresh container).
 """
 
 from __future__ import annotations
@@ -42,13 +43,14 @@ class LaunchResult:
 
 def launch(cell, workdir: Path, *, timeout_s: float, stop: threading.Event,
            on_poll: Callable[[], None] | None = None, worker_module: str = DEFAULT_WORKER,
-           device: str = "cpu") -> LaunchResult:
-    """Run one cell with the launcher its scenario names."""
+           device: str = "cpu", launcher: str | None = None, **options: Any) -> LaunchResult:
+    """Run one cell with the launcher its scenario names, or `launcher` (e.g. "container" for --image);
+    `options` go to that launcher only (e.g. image=...)."""
+    name = launcher or cell.launcher
     try:
-        module = importlib.import_module(f"suite.launch.{cell.launcher}")
+        module = importlib.import_module(f"suite.launch.{name}")
     except ModuleNotFoundError as exc:
-        return LaunchResult(launcher=cell.launcher, returncode=None,
-                            error=f"launcher {cell.launcher!r} is not available ({exc}); "
-                                  f"is suite/launch/{cell.launcher}.py installed?")
+        return LaunchResult(launcher=name, returncode=None,
+                            error=f"launcher {name!r} is not available ({exc}); is suite/launch/{name}.py installed?")
     return module.run_cell(cell, workdir, timeout_s=timeout_s, stop=stop, on_poll=on_poll,
-                           worker_module=worker_module, device=device)
+                           worker_module=worker_module, device=device, **options)

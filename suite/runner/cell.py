@@ -124,7 +124,8 @@ def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir
     numbers = aggregate.aggregate(records, prediction, cell.precision, launch.started, launch.ended,
                                   setup_done_time(workdir))
     more = {"session": session, "work_dir": str(Path(workdir).relative_to(run_dir)), "device": device,
-            "returncode": launch.returncode, "wall_s": launch.ended - launch.started, **launch.extra,
+            "returncode": launch.returncode,
+            "wall_s": launch.ended - launch.started if launch.started and launch.ended else None, **launch.extra,
             **(extra or {})}
     if problems:
         more["record_problems"] = problems

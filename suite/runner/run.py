@@ -10,6 +10,7 @@ overwritten), only noted in runlog.jsonl with its work folder.  `--resume` conti
 run folder: the stored scenario.yaml is expanded again and cells that already have a final result are
 skipped; a resumed cell runs in a new work folder (attempt a2, a3, ...), and each resume adds a manifest
 `resume-NN.json` for the environment of that session (results name their session in extra.session).
+The options of the first session (--only, --repeats, --force, --image, --ray-address) carry over to a resume.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class RunOptions:
     repeats: int | None = None
     force: bool = False
     worker_module: str | None = None  # default: $SUITE_WORKER_MODULE or suite.worker (tests swap in a fake)
+    image: str | None = None  # run torchrun cells in fresh containers of this image (suite/launch/container.py)
+    ray_address: str | None = None  # an existing Ray cluster for `launcher: ray` cells (else a private one)
     live: bool | None = None  # progress panel: None = when stderr is a terminal
     command: list[str] = field(default_factory=list)
 
@@ -119,6 +122,18 @@ def _gate(cell: Cell, result: CellResult, cells: list[Cell], done: dict) -> Cell
                                      "error": f"gate {failed.name} failed: {failed.detail}"})
 
 
+def _with_image(manifest, image: str):
+    """The manifest names the image the cells ran in, and its digest (local image id when never pushed)."""
+    from suite.launch.container import image_identity
+
+    try:
+        ref, digest = image_identity(image)
+    except (RuntimeError, ImportError) as exc:  # the cells will fail to launch and say why; keep the reason
+        return manifest.model_copy(update={"container_image": image, "container_image_digest": None,
+                                           "extra": {**manifest.extra, "image_error": str(exc)}})
+    return manifest.model_copy(update={"container_image": ref, "container_image_digest": digest})
+
+
 def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
     """Run (or resume) a scenario; see the module docstring.  Raises RunError / ScenarioError before running."""
     run_dir, scenario, cells, saved = _open(file, opts)
@@ -126,8 +141,13 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
     force = opts.force or saved.get("force", False)
     selected, notes = _select(cells, opts.only or saved.get("only", []))
     worker = opts.worker_module or os.environ.get("SUITE_WORKER_MODULE") or DEFAULT_WORKER
+    image = opts.image or saved.get("image")
+    ray_address = opts.ray_address or saved.get("ray_address")
+    if ray_address:
+        os.environ["RAY_ADDRESS"] = ray_address  # read by suite.launch.ray (and recorded: RAY_* is allowlisted)
     options = {"repeats": repeats, "only": opts.only or saved.get("only", []), "force": force,
-               "worker_module": worker, "scenario_file": str(file) if file else None}
+               "worker_module": worker, "scenario_file": str(file) if file else None, "image": image,
+               "ray_address": ray_address}
     facts = torch_info()
     gpu_count = len(facts.get("devices") or [])
     if run_dir is None:
@@ -139,6 +159,8 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
         session = store.next_resume_name(run_dir)
     manifest = build_manifest(run_dir.name, scenario.name, scenario.seed, opts.command or sys.argv,
                               extra={"options": options}, torch_facts=facts)
+    if image:
+        manifest = _with_image(manifest, image)
     store.write_manifest(run_dir, manifest, session)
     store.append_runlog(run_dir, "resume" if session != "manifest.json" else "run_start", session=session)
 
@@ -172,8 +194,9 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
                 workdir = store.create_work_dir(run_dir, cell.id, repeat)
                 store.append_runlog(run_dir, "cell_start", cell=cell.id, repeat=repeat, work_dir=workdir.name)
                 progress.start_cell(cell, repeat, workdir)
+                via = {"launcher": "container", "image": image} if image and cell.launcher == "torchrun" else {}
                 launched = launch(cell, workdir, timeout_s=cell.timeout_s, stop=stop, on_poll=progress.poll,
-                                  worker_module=worker, device=device)
+                                  worker_module=worker, device=device, **via)
                 result = build_result(cell, repeat, launched, workdir, run_dir, device, session,
                                       {"forced_infeasible": reason} if reason else None)
                 if result.status == "interrupted":

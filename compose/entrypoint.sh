@@ -6,10 +6,10 @@
 #   IMAGE ARGS                  ->  suite ARGS                      (plan, validate, report, ...)
 #
 # Ownership of results: started as root (compose does that), it drops to the uid:gid that owns the results
-# folder (/results, or $SUITE_RESULTS_OWNER_OF), so the files on the host belong to whoever owns ./results.
+# folder (/workspace/results, or $SUITE_RESULTS_OWNER_OF), so the files on the host belong to whoever owns ./results.
 # If that owner is root (a root host user) it stays root; started as any other user it changes nothing.
 set -eu
-owner_of=${SUITE_RESULTS_OWNER_OF:-/results}
+owner_of=${SUITE_RESULTS_OWNER_OF:-/workspace/results}
 if [ "$(id -u)" = 0 ] && [ -d "$owner_of" ]; then
   uid=$(stat -c %u "$owner_of")
   gid=$(stat -c %g "$owner_of")

@@ -19,13 +19,14 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from suite.cells import Cell, expand, load_cells
-from suite.launch import DEFAULT_WORKER, launch
+from suite.launch import DEFAULT_WORKER, LaunchResult, launch
 from suite.plan import predict
 from suite.results import store
 from suite.results.env import build_manifest, git_info, torch_info
@@ -195,8 +196,13 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
                 store.append_runlog(run_dir, "cell_start", cell=cell.id, repeat=repeat, work_dir=workdir.name)
                 progress.start_cell(cell, repeat, workdir)
                 via = {"launcher": "container", "image": image} if image and cell.launcher == "torchrun" else {}
-                launched = launch(cell, workdir, timeout_s=cell.timeout_s, stop=stop, on_poll=progress.poll,
-                                  worker_module=worker, device=device, **via)
+                try:
+                    launched = launch(cell, workdir, timeout_s=cell.timeout_s, stop=stop, on_poll=progress.poll,
+                                      worker_module=worker, device=device, **via)
+                except Exception as exc:  # a launcher bug fails this cell (traceback kept), never the whole run
+                    launched = LaunchResult(launcher=via.get("launcher", cell.launcher), returncode=None,
+                                            error=f"the launcher raised {type(exc).__name__}: {exc}\n"
+                                                  f"{traceback.format_exc()}")
                 result = build_result(cell, repeat, launched, workdir, run_dir, device, session,
                                       {"forced_infeasible": reason} if reason else None)
                 if result.status == "interrupted":

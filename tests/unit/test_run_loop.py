@@ -1,0 +1,126 @@
+"""The run loop in-process with a stand-in launcher (no processes): order, gates, launcher crashes, SIGINT,
+resume, --only.  The real launches are covered by tests/e2e/test_run_*.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import time
+
+import pytest
+from rich.console import Console
+
+from suite.launch import LaunchResult
+from suite.results import store
+from suite.results.schema import RankRecord, SetupTimes
+from suite.runner import run as run_mod
+from suite.runner.run import RunError, RunOptions, run_scenario
+
+SCENARIO = """\
+name: loop
+model: gpt-tiny
+seq_len: 16
+strategy: [zero1, ddp]
+gpus: 2
+micro_batch_size: 2
+global_batch_size: [4, 8]
+steps: 3
+warmup_steps: 1
+device: cpu
+convergence: {match: {strategy: ddp}}
+"""
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    """A scenario file, a results root, and a launcher that writes rank records (behaviour per cell id)."""
+    path = tmp_path / "loop.yaml"
+    path.write_text(SCENARIO)
+    monkeypatch.setattr(run_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
+    calls, behaviour = [], {}
+
+    def fake_launch(cell, workdir, *, timeout_s, stop, on_poll, worker_module, device, **kw):
+        calls.append(cell)
+        what = behaviour.get(cell.id, "ok")
+        if what == "crash":
+            raise RuntimeError("launcher bug")
+        if what == "sigint":
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C would: the runner's handler sets `stop`
+            assert stop.wait(5)
+            return LaunchResult(launcher="torchrun", returncode=-15, interrupted=True, started=1.0, ended=2.0)
+        t = time.time()
+        (workdir / "events.jsonl").write_text(f'{{"event": "setup_done", "t": {t}}}\n')
+        losses = [3.0, 2.0, 1.0 + (0.5 if what == "drift" else 0.0) + 1.0 / cell.global_batch_size]
+        for rank in range(cell.gpus):
+            (workdir / f"rank{rank}.json").write_text(RankRecord(
+                cell_id=cell.id, rank=rank, world_size=cell.gpus, local_rank=rank, hostname="h", device="cpu",
+                device_name="cpu", status="ok", losses=losses, step_times_s=[0.2, 0.1, 0.1], warmup_steps=1,
+                tokens_per_step=64, samples_per_step=4, train_s=0.4,
+                setup_s=SetupTimes(process_group=0, model_build=0, strategy=0, data=0, total=0.1)).model_dump_json())
+        return LaunchResult(launcher="torchrun", returncode=0, started=t - 1.0, ended=t + 1.0)
+
+    monkeypatch.setattr(run_mod, "launch", fake_launch)
+    console = Console(file=io.StringIO(), width=200)
+    return path, tmp_path / "results", calls, behaviour, console
+
+
+def _cells(path):
+    from suite.cells import load_cells
+
+    return {(c.strategy, c.global_batch_size): c for c in load_cells(str(path))[1]}
+
+
+def test_references_first_gates_and_a_crashing_launcher(world):
+    path, results, calls, behaviour, console = world
+    cells = _cells(path)
+    behaviour[cells[("zero1", 8)].id] = "crash"
+    behaviour[cells[("ddp", 4)].id] = "drift"  # the zero1/4 cell no longer matches its reference
+    out = run_scenario(path, RunOptions(results=results, live=False), console)
+    assert [c.strategy for c in calls] == ["ddp", "ddp", "zero1", "zero1"]
+    status = {(r.axes["strategy"], r.axes["global_batch_size"]): r.status for r in out.results}
+    assert status == {("ddp", 4): "ok", ("ddp", 8): "ok", ("zero1", 4): "gate-failed", ("zero1", 8): "failed"}
+    crashed = next(r for r in out.results if r.status == "failed")
+    assert crashed.error.startswith("the launcher raised RuntimeError: launcher bug")
+    assert out.exit_code == 1 and out.interrupted_by is None
+    ok = next(r for r in out.results if r.axes == cells[("ddp", 8)].axes())
+    assert ok.overhead_s.launch == pytest.approx(0.9) and ok.step_time.n == 2
+    last = (out.run_dir / "runlog.jsonl").read_text().splitlines()[-1]
+    assert json.loads(last)["event"] == "run_end"
+
+
+def test_sigint_keeps_finished_cells_and_resume_completes(world):
+    path, results, calls, behaviour, console = world
+    cells = _cells(path)
+    second = cells[("ddp", 8)]
+    behaviour[second.id] = "sigint"
+    out = run_scenario(path, RunOptions(results=results, live=False), console)
+    assert out.interrupted_by == "SIGINT" and out.exit_code == 130
+    assert [r.cell_id for r in out.results] == [cells[("ddp", 4)].id]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert [p.name for p in (out.run_dir / "cells").iterdir()] == [f"{cells[('ddp', 4)].id}-r0.json"]
+
+    del behaviour[second.id]
+    calls.clear()
+    again = run_scenario(path, RunOptions(results=results, resume=True, live=False), console)
+    assert again.run_dir == out.run_dir and again.exit_code == 0
+    assert [c.id for c in calls] == [second.id, cells[("zero1", 4)].id, cells[("zero1", 8)].id]
+    assert len(again.results) == 4 and {r.status for r in again.results} == {"ok"}
+    assert (out.run_dir / "work" / f"{second.id}-r0-a2").is_dir()  # the rerun got a fresh attempt folder
+    assert store.read_manifest(out.run_dir).run_id == out.run_dir.name and (out.run_dir / "resume-01.json").exists()
+    with pytest.raises(RunError, match="no run folder"):
+        run_scenario(path, RunOptions(results=results / "elsewhere", resume=True, live=False), console)
+
+
+def test_only_adds_the_match_reference_and_repeats(world):
+    path, results, calls, behaviour, console = world
+    cells = _cells(path)
+    target = cells[("zero1", 8)]
+    out = run_scenario(path, RunOptions(results=results, only=[target.id[:5]], repeats=2, live=False), console)
+    assert [(c.strategy, c.global_batch_size) for c in calls] == [("ddp", 8)] * 2 + [("zero1", 8)] * 2
+    assert sorted((r.cell_id, r.repeat) for r in out.results) == sorted(
+        [(cells[("ddp", 8)].id, 0), (cells[("ddp", 8)].id, 1), (target.id, 0), (target.id, 1)])
+    assert all(r.status == "ok" for r in out.results)
+    with pytest.raises(RunError, match="--only nope"):
+        run_scenario(path, RunOptions(results=results, only=["nope"], live=False), console)

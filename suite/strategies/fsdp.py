@@ -42,7 +42,7 @@ from suite.techniques.precision import compute_dtype, fsdp_mp_policy
 
 
 def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
-    reshard = {"zero2": False, "zero3": True}[cell.strategy]
+    reshard = cell.strategy != "zero2"  # zero3 (alias fsdp): reshard after forward
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     mp = fsdp_mp_policy(cell.precision)
     for block in model.blocks:

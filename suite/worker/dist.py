@@ -12,7 +12,9 @@ as is and left for its owner to destroy.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -26,6 +28,7 @@ class Rank:
     device: torch.device
     backend: str
     owns_group: bool  # whether this worker created the process group (and so destroys it)
+    excepthook: Any = None  # sys.excepthook before init_process_group wrapped it (restored at teardown)
 
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
@@ -64,6 +67,7 @@ def setup(requested_device: str, expected_world: int) -> Rank:
         torch.cuda.set_device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
     owns = not dist.is_initialized()
+    hook = sys.excepthook  # init_process_group wraps it to prefix "[rankN]:"; one layer per group otherwise
     if owns:
         if "MASTER_ADDR" in os.environ:
             dist.init_process_group(backend, rank=rank, world_size=world,
@@ -75,7 +79,7 @@ def setup(requested_device: str, expected_world: int) -> Rank:
     elif dist.get_world_size() != world or dist.get_rank() != rank:
         raise RuntimeError(f"existing process group is rank {dist.get_rank()} of {dist.get_world_size()}, "
                            f"environment says rank {rank} of {world}")
-    return Rank(rank, local_rank, world, device, dist.get_backend(), owns)
+    return Rank(rank, local_rank, world, device, dist.get_backend(), owns, hook)
 
 
 def global_mean(value: torch.Tensor, world: int) -> float:
@@ -94,3 +98,4 @@ def synchronize(device: torch.device) -> None:
 def teardown(rank: Rank) -> None:
     if rank.owns_group and dist.is_initialized():
         dist.destroy_process_group()
+        sys.excepthook = rank.excepthook

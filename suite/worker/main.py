@@ -132,8 +132,6 @@ def _train(cell, out_dir: Path, out: _Outcome, hooks=None) -> None:
 
 def _finish(cell, out_dir: Path, out: _Outcome) -> RankRecord:
     t0 = time.perf_counter()
-    out.events.emit("done", status=out.status)
-    out.events.close()
     rank = out.rank
     if rank is not None:
         wdist.teardown(rank)
@@ -164,4 +162,6 @@ def _finish(cell, out_dir: Path, out: _Outcome) -> RankRecord:
         extra=out.extra,
     )
     measure.write_atomic(out_dir / f"rank{record.rank}.json", record)
+    out.events.emit("done", status=out.status)  # after the record: "done" means rank 0's file is there
+    out.events.close()
     return record

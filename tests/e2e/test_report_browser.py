@@ -98,3 +98,9 @@ def check_report_in_browser(results: Path, tmp_path: Path, expect_rows: int) -> 
 
 def test_fixture_report_renders_in_chromium(tmp_path):
     check_report_in_browser(fixture_results(tmp_path), tmp_path, expect_rows=8)
+
+
+def test_smoke_baseline_report_renders_in_chromium(tmp_path):
+    """The committed smoke run (results/baselines/smoke): 4 cells, the memory pivot, loss and step-time plots."""
+    assert list(SMOKE_BASELINE.glob("*/manifest.json")), f"no committed smoke baseline under {SMOKE_BASELINE}"
+    check_report_in_browser(SMOKE_BASELINE, tmp_path, expect_rows=4)

@@ -1,4 +1,4 @@
-"""The training worker on 2 CPU ranks (gloo, fp32, gpt-tiny) against a 1-rank reference, plus its failure modes.
+"""The training worker on 2 CPU ranks (gloo, gpt-tiny) against a 1-rank reference: losses, bytes, peaks.
 
 Cost: one spawned group of 2 ranks runs every 2-rank cell (tests/dist/spawn.py), one real torchrun launch
 tests the `python -m suite.worker` entry point, and the 1-rank references run in the pytest process.
@@ -10,7 +10,6 @@ import json
 import math
 
 import pytest
-import torch
 
 from suite.plan import predict
 from suite.worker.main import run_worker

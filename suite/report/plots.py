@@ -64,19 +64,23 @@ def memory_breakdown(rows: list[Row], axes: list[str], runs: bool) -> Plot | Non
         return None
     fig = _figure(max(6.0, 0.7 * len(rows) + 2), 4.5)
     ax = fig.add_subplot()
+    labelled: set[str] = set()  # each category in the legend once, wherever it first appears
+
+    def bar(x: float, height: float, bottom: float, cat: str, label: str) -> None:
+        ax.bar(x, height, 0.38, bottom=bottom, color=COLORS[cat], label=None if cat in labelled else label)
+        labelled.add(cat)
+
     for i, r in enumerate(rows):
         for offset, source in ((-0.2, r["_predicted"]), (0.2, r["_measured"])):
             bottom = 0.0
             for cat in BREAKDOWN:
                 v = source.get(cat)
                 if v:
-                    ax.bar(i + offset, v / MiB, 0.38, bottom=bottom, color=COLORS[cat],
-                           label=cat.replace("_", " ") if i == 0 and offset < 0 else None)
+                    bar(i + offset, v / MiB, bottom, cat, cat.replace("_", " "))
                     bottom += v / MiB
             total = next((source[k] for k, _ in PEAK_KEYS if source.get(k) is not None), None)
             if offset > 0 and total is not None and total / MiB > bottom * 1.001:
-                ax.bar(i + offset, total / MiB - bottom, 0.38, bottom=bottom, color=COLORS["other"],
-                       label="other (measured peak beyond categories)" if i == 0 else None)
+                bar(i + offset, total / MiB - bottom, bottom, "other", "other (measured peak beyond categories)")
     ax.set_xticks(range(len(rows)), [_short(r, axes, runs) for r in rows], rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("MiB per rank")
     ax.set_title("Memory per rank: predicted (left bar) vs measured (right bar)")
@@ -121,12 +125,17 @@ def loss_curves(rows: list[Row], axes: list[str], runs: bool) -> list[Plot]:
         ref = next((m for m in members if m.get(axis) == ref_value), None)
         fig = _figure(9.0, 3.8)
         ax, dx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+        largest = 0.0
         for m in members[:MAX_LINES]:
             ax.plot(range(len(m["_losses"])), m["_losses"], label=f"{axis}={m.get(axis)}")
             if ref is not None and m is not ref:
                 steps = range(min(len(m["_losses"]), len(ref["_losses"])))
-                dx.semilogy(list(steps), [max(abs(m["_losses"][i] - ref["_losses"][i]), 1e-12) for i in steps],
-                            label=f"{axis}={m.get(axis)}")
+                diffs = [abs(m["_losses"][i] - ref["_losses"][i]) for i in steps]
+                largest = max([largest, *(d for d in diffs if d == d)])  # d == d skips NaN
+                dx.semilogy(list(steps), [max(d, 1e-12) for d in diffs], label=f"{axis}={m.get(axis)}")
+        if ref is not None and largest == 0.0:
+            dx.text(0.5, 0.6, "every curve is bitwise identical\nto the reference", transform=dx.transAxes,
+                    ha="center", fontsize=9)
         others = ", ".join(f"{a}={members[0].get(a)}" for a in axes if a != axis)
         ax.set_title(f"Loss ({others or 'all cells'})", fontsize=9)
         ax.set_xlabel("step")

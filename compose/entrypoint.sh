@@ -24,6 +24,12 @@ if [ -n "${SUITE_IMAGE_BUILD_ID:-}" ] && [ "${SUITE_IMAGE_BUILD_ID}" != "${SUITE
        "(rebuild with scripts/docker-setup)" >&2
   unset SUITE_IMAGE_DIGEST
 fi
+# A Ray driver must run on a node of the cluster: with SUITE_RAY_JOIN=HEAD:PORT (the suite-ray service) this
+# container first joins the cluster as a node without CPUs (no training work lands here), then runs the command.
+if [ -n "${SUITE_RAY_JOIN:-}" ]; then
+  ray start --address="$SUITE_RAY_JOIN" --num-cpus=0 --object-store-memory="${RAY_OBJECT_STORE_BYTES:-200000000}" \
+      --disable-usage-stats >/tmp/ray-join.log 2>&1 || { cat /tmp/ray-join.log >&2; exit 1; }
+fi
 case "${1:-}" in
   --exec) shift; exec "$@" ;;
   *.yaml|*.yml) exec suite run "$@" ;;

@@ -129,17 +129,21 @@ def test_image_labels_user_and_entry_point(images, tmp_path):
 
 def test_compose_files_lint(images):
     sh("docker", "compose", "config", "-q")
-    cpu = sh("docker", "compose", "config", "--format", "json").stdout
-    gpu = sh("docker", "compose", "config", "--format", "json",
+    everything = ["--profile", "cli", "--profile", "ray", "--profile", "ray-driver"]
+    cpu = sh("docker", "compose", *everything, "config", "--format", "json").stdout
+    gpu = sh("docker", "compose", *everything, "config", "--format", "json",
              env={"COMPOSE_FILE": "compose.yaml:compose/gpu.yaml"}).stdout
     cpu, gpu = json.loads(cpu), json.loads(gpu)
-    assert "deploy" not in cpu["services"]["suite"]  # the default works without GPUs
+    assert set(cpu["services"]) == {"suite", "ray-head", "ray-worker", "suite-ray"}
+    # `docker compose up` starts only the Ray cluster; `suite` and `suite-ray` are for `run`
+    assert sh("docker", "compose", "--profile", "ray", "config", "--services").stdout.split() == \
+        ["ray-head", "ray-worker"]
+    assert all("deploy" not in svc and "memlock" not in svc.get("ulimits", {}) for svc in cpu["services"].values())
     devices = gpu["services"]["suite"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["driver"] == "nvidia" and devices[0]["count"] == -1
     assert gpu["services"]["suite"]["ipc"] == "host"
-    ray = json.loads(sh("docker", "compose", "--profile", "ray", "config", "--format", "json").stdout)
-    assert {"ray-head", "ray-worker", "suite-ray"} <= set(ray["services"])
-    assert ray["services"]["ray-worker"]["environment"]["RAY_AUTH_MODE"] == "disabled"
+    assert all(gpu["services"][s]["ulimits"]["memlock"] == -1 for s in ("suite", "ray-head", "ray-worker"))
+    assert cpu["services"]["ray-worker"]["environment"]["RAY_AUTH_MODE"] == "disabled"
 
 
 def test_compose_validate_and_plan(compose):
@@ -206,3 +210,34 @@ def test_sdk_timeout_and_stop_remove_the_container(images, tmp_path, monkeypatch
     assert stopped.interrupted and not stopped.timed_out
     left = sh("docker", "ps", "-aq", "--filter", f"label={TEST_LABEL}").stdout.split()
     assert left == []
+
+
+@pytest.fixture(scope="session")
+def ray_image(images):
+    sh(ROOT / "scripts" / "docker-setup", "--ray", timeout=3600)
+    return "suite:ray"
+
+
+def test_compose_ray_cluster_spreads_over_two_worker_containers(compose, ray_image):
+    """`docker compose up` gives a head and two workers, each a node with its own address; a driver in the
+    suite-ray service (a CPU-less node) places one task per worker with STRICT_SPREAD."""
+    compose("--profile", "ray", "up", "-d", "--wait", "--scale", "ray-worker=2", timeout=600)
+    probe = """
+import json, ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+ray.init()
+pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+ray.get(pg.ready(), timeout=120)
+where = ray.remote(num_cpus=1)(lambda: ray.util.get_node_ip_address())
+ips = ray.get([where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
+               .remote() for i in range(2)])
+nodes = [(n["NodeManagerAddress"], n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]]
+print("RESULT", json.dumps({"ips": ips, "nodes": nodes}))
+"""
+    out = compose("--profile", "ray", "run", "--rm", "-T", "-l", TEST_LABEL, "suite-ray", "--exec", "python3", "-c",
+                  probe, timeout=600).stdout
+    found = json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
+    workers = {ip for ip, cpus in found["nodes"] if cpus == 1}
+    assert len(found["nodes"]) == 4  # head, two workers, the driver's node
+    assert len(workers) == 2 and set(found["ips"]) == workers  # one task on each worker container

@@ -43,7 +43,8 @@ class Cell(BaseModel):
     scenario: str = Field(description="Name of the scenario the cell came from.")
     model: ModelShape
     seq_len: int = Field(description="Tokens per sample (for vit: patches + class token).")
-    strategy: Literal["ddp", "zero1", "zero2", "zero3"]
+    strategy: Literal["ddp", "zero1", "zero2", "zero3", "scratch-dp", "scratch-dp-overlap", "scratch-dp-bucketed",
+                      "scratch-zero1", "scratch-zero2", "scratch-zero3"]
     activation_checkpointing: Checkpointing
     precision: Precision
     gpus: int = Field(description="World size.")

@@ -18,7 +18,9 @@ from pydantic import (
 
 from suite.models.presets import PRESETS, ModelShape
 
-Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp"]
+# scratch-*: the hand-written twins in suite/strategies/scratch/ (same mathematics as ddp / zeroN)
+Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "scratch-dp", "scratch-dp-overlap", "scratch-dp-bucketed",
+                   "scratch-zero1", "scratch-zero2", "scratch-zero3"]
 Checkpointing = Literal["none", "selective", "full"]
 Precision = Literal["fp32", "bf16-mixed", "fp16-mixed"]
 
@@ -210,7 +212,10 @@ class Scenario(_Strict):
     seq_len: PositiveInt | list[PositiveInt] | None = _axis(
         "Tokens per sample (gpt/llama; required). Fixed by image and patch size for vit.", None
     )
-    strategy: Strategy | list[Strategy] = _axis("ddp | zero1 | zero2 | zero3 (alias fsdp).", "ddp")
+    strategy: Strategy | list[Strategy] = _axis(
+        "ddp | zero1 | zero2 | zero3 (alias fsdp), or a hand-written twin: scratch-dp | scratch-dp-overlap | "
+        "scratch-dp-bucketed | scratch-zero1 | scratch-zero2 | scratch-zero3.", "ddp"
+    )
     activation_checkpointing: Checkpointing | list[Checkpointing] = _axis(
         "none | selective (attention core recomputed) | full (each block recomputed).", "none"
     )

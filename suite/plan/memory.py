@@ -29,7 +29,12 @@ _SHARDED = {
     "zero2": (False, True, True, True),
     "zero3": (True, True, True, True),
 }
-STRATEGY_FAMILY = {"ddp": "ddp", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3"}
+# A hand-written strategy (suite/strategies/scratch/) shards what its native twin shards.
+STRATEGY_FAMILY = {
+    "ddp": "ddp", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3",
+    "scratch-dp": "ddp", "scratch-dp-overlap": "ddp", "scratch-dp-bucketed": "ddp",
+    "scratch-zero1": "zero1", "scratch-zero2": "zero2", "scratch-zero3": "zero3",
+}
 
 
 class MemoryBreakdown(BaseModel):

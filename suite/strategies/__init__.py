@@ -38,6 +38,13 @@ STRATEGIES: dict[str, str] = {
     "zero2": "suite.strategies.fsdp:apply",
     "zero3": "suite.strategies.fsdp:apply",
     "fsdp": "suite.strategies.fsdp:apply",  # alias of zero3 (cells already carry zero3)
+    # hand-written twins of the above, built from collectives (suite/strategies/scratch/)
+    "scratch-dp": "suite.strategies.scratch.dp:apply",
+    "scratch-dp-overlap": "suite.strategies.scratch.dp_overlap:apply",
+    "scratch-dp-bucketed": "suite.strategies.scratch.dp_bucketed:apply",
+    "scratch-zero1": "suite.strategies.scratch.zero1:apply",
+    "scratch-zero2": "suite.strategies.scratch.zero2:apply",
+    "scratch-zero3": "suite.strategies.scratch.zero3:apply",
 }
 
 Apply = Callable[[nn.Module, object, torch.device], Parallel]

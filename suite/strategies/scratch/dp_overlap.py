@@ -1,0 +1,100 @@
+"""scratch-dp-overlap: start each gradient's all-reduce the moment backward has produced it.
+
+scratch-dp waits for the whole backward pass, then communicates.  But backward produces gradients layer by
+layer, last layer first, and a parameter's gradient is final as soon as autograd has accumulated it: nothing
+later in backward touches it again.  So its all-reduce can start right then, and travel over the network
+while backward keeps computing the gradients of earlier layers.  Communication hides behind computation.
+
+The hook that says "this gradient is final" is `Tensor.register_post_accumulate_grad_hook`: autograd calls it
+after it has added this backward's contribution into `param.grad` (once per backward, even for a parameter
+used twice, like a tied embedding: both contributions are summed before they are accumulated).  From it we
+launch a *non-blocking* all-reduce:
+
+    work = dist.all_reduce(param.grad, async_op=True)     returns at once; the transfer runs in the background
+
+and keep the `work` handle.  Before the optimizer step, `before_step` waits on every handle (the transfer
+may be done already, or still in flight) and divides by the world size.  The result is exactly scratch-dp's.
+
+Order matters: collectives are matched across ranks by the order they are issued, so every rank must launch
+them in the same order.  Autograd visits the same graph in the same order on every rank, so it does.
+
+Gradient accumulation: for every micro-batch but the last, the loop enters `no_sync()`, where the hooks do
+nothing: gradients just add up in `.grad`.  The last micro-batch's hooks then all-reduce the sums: one
+all-reduce per parameter per optimizer step, as DDP's no_sync.  Activation checkpointing: recomputation
+happens inside backward and the hooks still fire when each gradient is final.  Mixed precision (autocast):
+parameters and gradients stay fp32; fp16's GradScaler unscales after the averaged gradients arrived.
+
+What is still slow: one all-reduce per parameter; scratch-dp-bucketed packs them into buckets.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from suite.results.schema import TensorBytes
+from suite.strategies.base import Parallel, make_optimizer, optimizer_state_bytes
+from suite.strategies.scratch.common import broadcast_from_rank0, storage_bytes, trainable
+
+
+class OverlappedAllReduce:
+    """Per-parameter hooks that launch async all-reduces during backward, and the wait before the step."""
+
+    def __init__(self, params: list[nn.Parameter]):
+        self.params = params
+        self.world = dist.get_world_size()
+        self.sync = True  # False inside no_sync(): accumulate locally, communicate nothing
+        self.pending: list[tuple[dist.Work, nn.Parameter]] = []
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+
+    def _on_grad_ready(self, p: nn.Parameter) -> None:
+        if not self.sync:
+            return
+        # In place on p.grad, in the background: the handle is all we keep.  Autograd will not touch p.grad
+        # again in this backward, and the optimizer waits for the handle before reading it.
+        self.pending.append((dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True), p))
+
+    @contextmanager
+    def no_sync(self):
+        self.sync = False
+        try:
+            yield
+        finally:
+            self.sync = True
+
+    @torch.no_grad()
+    def finish(self) -> None:
+        """Wait for every launched all-reduce, then average.  A parameter whose hook never fired (no gradient
+        on this rank) is all-reduced here with zeros, so every rank still issues the same collectives."""
+        launched = {id(p) for _, p in self.pending}
+        for p in self.params:
+            if id(p) not in launched:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                self.pending.append((dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True), p))
+        for work, p in self.pending:
+            work.wait()
+            p.grad.div_(self.world)
+        self.pending.clear()
+
+
+def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
+    params = trainable(model)
+    broadcast_from_rank0(p.data for p in params)
+    reducer = OverlappedAllReduce(params)
+    optimizer = make_optimizer(params, cell, device)
+
+    def count_bytes() -> TensorBytes:
+        return TensorBytes(
+            parameters=storage_bytes(params),
+            gradients=storage_bytes(p.grad for p in params),
+            optimizer_states=optimizer_state_bytes(optimizer),
+        )
+
+    return Parallel(model=model, optimizer=optimizer, count_bytes=count_bytes, no_sync=reducer.no_sync,
+                    before_step=reducer.finish,
+                    extra={"communication": "one async all-reduce per parameter, launched from its gradient hook"})

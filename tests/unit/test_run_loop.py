@@ -46,8 +46,8 @@ def world(tmp_path, monkeypatch):
         what = behaviour.get(cell.id, "ok")
         if what == "crash":
             raise RuntimeError("launcher bug")
-        if what == "sigint":
-            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C would: the runner's handler sets `stop`
+        if what in ("SIGINT", "SIGTERM"):
+            os.kill(os.getpid(), getattr(signal, what))  # as Ctrl-C / kill would: the runner's handler sets `stop`
             assert stop.wait(5)
             return LaunchResult(launcher="torchrun", returncode=-15, interrupted=True, started=1.0, ended=2.0)
         t = time.time()
@@ -90,15 +90,17 @@ def test_references_first_gates_and_a_crashing_launcher(world):
     assert json.loads(last)["event"] == "run_end"
 
 
-def test_sigint_keeps_finished_cells_and_resume_completes(world):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_signal_keeps_finished_cells_and_resume_completes(world, sig):
     path, results, calls, behaviour, console = world
     cells = _cells(path)
     second = cells[("ddp", 8)]
-    behaviour[second.id] = "sigint"
+    behaviour[second.id] = sig
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     out = run_scenario(path, RunOptions(results=results, live=False), console)
-    assert out.interrupted_by == "SIGINT" and out.exit_code == 130
+    assert out.interrupted_by == sig and out.exit_code == 128 + getattr(signal, sig)
     assert [r.cell_id for r in out.results] == [cells[("ddp", 4)].id]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert {s: signal.getsignal(s) for s in before} == before  # handlers restored
     assert [p.name for p in (out.run_dir / "cells").iterdir()] == [f"{cells[('ddp', 4)].id}-r0.json"]
 
     del behaviour[second.id]

@@ -29,7 +29,7 @@ class CliRun:
 
     def workers(self, module: str = "suite.worker") -> list[int]:
         """Pids of worker ranks seen (not the torchrun process that names the module too)."""
-        return [pid for pid, c in self.cmdlines.items() if module in c and "torch.distributed.run" not in c]
+        return [pid for pid, c in self.cmdlines.items() if module in c and "suite.launch.torchrun" not in c]
 
     def alive(self) -> list[int]:
         """Pids of descendants still running (zombies count as gone)."""

@@ -103,7 +103,8 @@ def test_worker_ignoring_sigterm_is_killed_and_reaped(tmp_path, monkeypatch):
     assert result.interrupted and not result.timed_out
     assert time.monotonic() - started["stop"] >= 2.0  # SIGTERM was ignored: SIGKILL came after the grace period
     assert time.monotonic() - t0 < 120
-    workers = [p for p in seen.values() if "fake_worker" in cmdlines[p.pid] and "torch.distributed" not in cmdlines[p.pid]]
+    workers = [p for p in seen.values()
+               if "fake_worker" in cmdlines[p.pid] and "suite.launch.torchrun" not in cmdlines[p.pid]]
     assert len(workers) == 2  # both ranks were seen, and both are gone now
     assert set(result.extra["killed_pids"]) >= {p.pid for p in workers}
     for p in seen.values():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -32,7 +33,7 @@ import psutil
 
 from suite.launch import DEFAULT_WORKER, LaunchResult
 from suite.launch.ray_cluster import PRIVATE_ENV, LocalCluster
-from suite.launch.torchrun import GRACE_S, POLL_S, _alive, _descendants, _tail, become_subreaper, stop_tree
+from suite.launch.torchrun import GRACE_S, POLL_S, _tail
 
 DRIVER = "suite.launch.ray_driver"
 _LOCAL: LocalCluster | None = None  # the private cluster of this process's run, if suite started one
@@ -117,31 +118,26 @@ def run_cell(cell, workdir: Path, *, timeout_s: float, stop: threading.Event,
     cell_json.write_text(cell.model_dump_json(indent=1), encoding="utf-8")
     cmd = [sys.executable, "-m", DRIVER, str(cell_json), str(workdir), worker_module]
     result.extra["command"] = cmd
-    become_subreaper()
-    known: dict[int, psutil.Process] = {}
     with open(log_path, "wb") as log:
         result.started = time.time()
+        # Its own session and process group: stopping the cell signals that group only.  (Not torchrun's
+        # stop_tree: the runner's other descendants include this run's Ray cluster, which must survive.)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=driver_env(address, cluster), start_new_session=True)
-        root = psutil.Process(proc.pid)
-        known[proc.pid] = root
         deadline = time.monotonic() + timeout_s
         while proc.poll() is None:
-            for p in _descendants(root, result.started):
-                known.setdefault(p.pid, p)
             if on_poll is not None:
                 on_poll()
             if stop.is_set() or time.monotonic() > deadline:
                 result.interrupted = stop.is_set()
                 result.timed_out = not result.interrupted
-                result.extra["killed_pids"] = stop_tree(proc, known, result.started, grace_s)
+                result.extra["killed_pids"] = stop_group(proc, grace_s)
                 break
             stop.wait(POLL_S)
         result.ended = time.time()
         result.returncode = proc.wait()
-        stray = [p for p in known.values() if _alive(p)]
-        if stray:
-            result.extra["stray_killed"] = stop_tree(proc, {p.pid: p for p in stray}, result.started, grace_s)
+        if _group_pids(proc.pid):  # something the driver started outlived it: never leave it running
+            result.extra["stray_killed"] = stop_group(proc, grace_s)
     if on_poll is not None:
         on_poll()
     facts = _read_json(workdir / "ray_driver.json")
@@ -156,6 +152,37 @@ def run_cell(cell, workdir: Path, *, timeout_s: float, stop: threading.Event,
     elif result.returncode != 0:
         result.error = placement_error or "\n".join(filter(None, [facts.get("error"), _tail(log_path)]))
     return result
+
+
+def _group_pids(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group."""
+    pids = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                pids.append(p.pid)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return sorted(pids)
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float) -> list[int]:
+    """SIGTERM the driver's process group, SIGKILL it after `grace_s`; returns the pids it held.  Ray then
+    ends the dead driver's job: its Train controller and worker actors are killed by the cluster."""
+    pids = _group_pids(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and (proc.poll() is None or _group_pids(proc.pid)):
+        time.sleep(0.05)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    return pids
 
 
 def _read_json(path: Path) -> dict:

@@ -26,9 +26,16 @@ if [ -n "${SUITE_IMAGE_BUILD_ID:-}" ] && [ "${SUITE_IMAGE_BUILD_ID}" != "${SUITE
 fi
 # A Ray driver must run on a node of the cluster: with SUITE_RAY_JOIN=HEAD:PORT (the suite-ray service) this
 # container first joins the cluster as a node without CPUs (no training work lands here), then runs the command.
+# Ray gives a node 30 s to register (hard-coded); a loaded machine can miss that, so try three times.
 if [ -n "${SUITE_RAY_JOIN:-}" ]; then
-  ray start --address="$SUITE_RAY_JOIN" --num-cpus=0 --object-store-memory="${RAY_OBJECT_STORE_BYTES:-200000000}" \
-      --disable-usage-stats >/tmp/ray-join.log 2>&1 || { cat /tmp/ray-join.log >&2; exit 1; }
+  for attempt in 1 2 3; do
+    if timeout 120 ray start --address="$SUITE_RAY_JOIN" --num-cpus=0 --disable-usage-stats \
+         --object-store-memory="${RAY_OBJECT_STORE_BYTES:-200000000}" >/tmp/ray-join.log 2>&1; then
+      break
+    fi
+    ray stop --force >/dev/null 2>&1 || true   # this container's Ray processes only (own PID namespace)
+    [ "$attempt" -lt 3 ] || { cat /tmp/ray-join.log >&2; exit 1; }
+  done
 fi
 case "${1:-}" in
   --exec) shift; exec "$@" ;;

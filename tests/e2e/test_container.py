@@ -77,7 +77,13 @@ def compose(images, tmp_path):
 
     run.results = results
     yield run
-    sh("docker", "compose", "--profile", "ray", "down", "--remove-orphans", "--volumes", env=env)
+    everything = ["--profile", "cli", "--profile", "ray", "--profile", "ray-driver"]
+    sh("docker", "compose", *everything, "down", "--remove-orphans", "--volumes", "--timeout", "5", env=env)
+    # a `run` container whose client was killed (a test timeout) is stopped and removed here too
+    stray = sh("docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}").stdout.split()
+    if stray:
+        sh("docker", "rm", "-f", *stray)
+        sh("docker", "compose", *everything, "down", "--remove-orphans", "--volumes", env=env)
 
 
 @pytest.fixture(scope="session")

@@ -139,7 +139,9 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
                                                   "(HOST:PORT; default $RAY_ADDRESS, else a private local cluster "
                                                   "suite starts and stops)."),
         image: Optional[str] = typer.Option(None, "--image", help="Run each torchrun cell in a fresh container of "
-                                            "this local image (Docker SDK); its digest goes into the manifest.")) -> None:
+                                            "this local image (Docker SDK); its digest goes into the manifest."),
+        preflight: bool = typer.Option(False, "--preflight", help="First measure the all-reduce bus bandwidth on "
+                                       "the run's world size and record it in the manifest (extra.preflight).")) -> None:
     """Run every cell of a scenario (torchrun or Ray) into a new, append-only run folder."""
     import sys
 
@@ -152,7 +154,8 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
 
     file, resume_dir = (None, target) if resume and target.is_dir() else (target, None)
     opts = RunOptions(results=results, only=only, resume=resume, resume_dir=resume_dir, repeats=repeats,
-                      force=force, image=image, ray_address=ray_address, command=["suite", *sys.argv[1:]])
+                      force=force, image=image, ray_address=ray_address, preflight=preflight,
+                      command=["suite", *sys.argv[1:]])
     try:
         outcome = run_scenario(file, opts, err_console)
     except (ScenarioError, RunError) as exc:

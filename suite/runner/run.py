@@ -53,6 +53,7 @@ class RunOptions:
     image: str | None = None  # run torchrun cells in fresh containers of this image (suite/launch/container.py)
     ray_address: str | None = None  # an existing Ray cluster for `launcher: ray` cells (else a private one)
     live: bool | None = None  # progress panel: None = when stderr is a terminal
+    preflight: bool = False  # measure all-reduce busbw first and record it in the manifest (suite.comm.preflight)
     command: list[str] = field(default_factory=list)
 
 
@@ -158,8 +159,17 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
         session = "manifest.json"
     else:
         session = store.next_resume_name(run_dir)
+    extra: dict = {"options": options}
+    runnable = [c for c in selected if infeasible_reason(c, predict(c), gpu_count) is None]
+    if opts.preflight and runnable:
+        from suite.comm.preflight import preflight
+
+        world = max(c.gpus for c in runnable)  # the largest world size this run will actually launch
+        console.print(f"preflight: all-reduce bus bandwidth on {world} ranks", highlight=False)
+        extra["preflight"] = preflight(world_size=world, device=runnable[0].device,
+                                       cuda_devices=facts.get("devices") or [], work_dir=run_dir / "work" / "preflight")
     manifest = build_manifest(run_dir.name, scenario.name, scenario.seed, opts.command or sys.argv,
-                              extra={"options": options}, torch_facts=facts)
+                              extra=extra, torch_facts=facts)
     if image:
         manifest = _with_image(manifest, image)
     store.write_manifest(run_dir, manifest, session)

@@ -116,3 +116,24 @@ def _cmdline(p: psutil.Process) -> list[str]:
         return p.cmdline()
     except psutil.Error:
         return []
+
+
+def test_preflight_records_allreduce_busbw_in_the_manifest(tmp_path, cli):
+    """`--preflight` measures all-reduce on the run's largest launchable world size (2 here, not the
+    infeasible 64) and stores the numbers in manifest.extra.preflight."""
+    import json
+
+    from suite.cells import load_cells
+
+    path = write(tmp_path / "fake.yaml", SCENARIO)
+    ok = {(c.strategy, c.gpus): c for c in load_cells(str(path))[1]}[("ddp", 2)]
+    results = tmp_path / "results"
+    run = run_cli(["run", str(path), "--results", str(results), "--only", ok.id, "--preflight"],
+                  tmp_path, env(FAKE_WORKER))
+    assert run.returncode == 0, run.stderr
+    (folder,) = run_dirs(results, "fake")
+    pre = json.loads((folder / "manifest.json").read_text())["extra"]["preflight"]
+    assert "error" not in pre and "skipped" not in pre, pre
+    assert pre["correct"] is True
+    assert pre["world_size"] == 2 and pre["backend"] == "gloo"
+    assert pre["max_busbw_GBps"] > 0 and set(pre["busbw_GBps"]) == {"1MiB", "16MiB", "64MiB"}

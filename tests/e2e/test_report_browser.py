@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import os
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
+    if os.environ.get("CI"):  # .ci/run installs it: in CI a missing browser is a failure, not a skip
+        pytest.fail("no Chromium binary on PATH in CI (.ci/run should have installed Debian's chromium)")
     pytest.skip("no Chromium binary on PATH (Debian: apt-get install -y chromium)")
 
 

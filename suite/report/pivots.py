@@ -3,7 +3,8 @@
 - memory: model-state bytes per rank by strategy x GPU count — does ZeRO's memory fall as 1/N, as predicted?
 - scaling: tokens/s versus GPU count and the scaling efficiency relative to the smallest world size;
 - checkpointing: memory saved versus step time added by selective / full recomputation against none;
-- seq_len: peak memory and step time versus sequence length.
+- seq_len: peak memory and step time versus sequence length;
+- scratch: each hand-written strategy (suite/strategies/scratch/) beside its native twin — same loss, what cost?
 A pivot is only built when the rows have the axis it needs with at least two values (the memory pivot needs
 two strategies or two GPU counts); otherwise it would be a one-column table that answers nothing.  Rows of a
 pivot are the combinations of the other axes that vary; when two results land in the same slot (the same cell
@@ -15,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from suite.report.tables import AXES, AXIS_HEADERS, CKPT_ORDER, varying_axes
+from suite.plan.memory import STRATEGY_FAMILY
+from suite.report.tables import AXES, AXIS_HEADERS, CKPT_ORDER, STRATEGY_ORDER, varying_axes
 
 Row = dict[str, Any]
 MEASURED = ("ok", "gate-failed")
@@ -163,7 +165,40 @@ def seq_len_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
                   lambda s: f"seq {s}", cell)
 
 
-BUILDERS = (memory_pivot, scaling_pivot, checkpointing_pivot, seq_len_pivot)
+def scratch_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+    """One line per hand-written strategy and configuration, against its native twin in the same configuration
+    (STRATEGY_FAMILY: scratch-dp* ~ ddp, scratch-zeroK ~ zeroK).  Built only when some twin is present."""
+    if "strategy" not in varying:
+        return None
+    table, _, collisions = _slots(rows, varying, "strategy")
+    body = []
+    for label, slot in table.items():
+        for name in (s for s in STRATEGY_ORDER if s in slot and STRATEGY_FAMILY[s] != s):
+            mine, native = slot[name], slot.get(STRATEGY_FAMILY[name])
+            if native is None:
+                continue  # nothing to pair with: the cell table still shows it
+            t_n, t_s = native["step_median_ms"], mine["step_median_ms"]
+            l_n, l_s = native["final_loss"], mine["final_loss"]
+            body.append([
+                f"{name} vs {STRATEGY_FAMILY[name]}" + ("" if label == "all" else f", {label}"),
+                f"{_num(t_n, ',.2f')} / {_num(t_s, ',.2f')}",
+                "-" if t_n is None or t_s is None or not t_n else f"x{t_s / t_n:.2f}",
+                f"{_num(native['memory_measured_mib'], ',.1f')} / {_num(mine['memory_measured_mib'], ',.1f')}"
+                f" ({mine['memory_scope'] or 'not measured'})",
+                "-" if l_n is None or l_s is None else f"{l_s - l_n:+.2e}",
+            ])
+    if not body:
+        return None
+    notes = [f"{collisions} slot(s) held results from several runs; the latest run is shown."] if collisions else []
+    return Pivot("scratch", "Hand-written strategies beside their native twins",
+                 "Do the strategies written from collectives compute what PyTorch's do, and what does the native one "
+                 "buy? Median step time, measured memory per rank (its scope in parentheses) and final loss, "
+                 "native / scratch.",
+                 ["pair", "step median native / scratch (ms)", "scratch / native", "memory native / scratch (MiB)",
+                  "final loss scratch - native"], body, notes)
+
+
+BUILDERS = (memory_pivot, scaling_pivot, checkpointing_pivot, seq_len_pivot, scratch_pivot)
 
 
 def pivots(rows: list[Row]) -> list[Pivot]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from suite.plan.memory import STRATEGY_FAMILY
 from suite.report import stats
 from suite.report.load import Run
 from suite.results.schema import CellResult
@@ -198,19 +199,28 @@ def cell_rows(runs: list[Run], group_by: Iterable[str] = ()) -> list[dict[str, A
             row["_run_index"] = n
             rows.append(row)
     order = [*group_by, "_run_index", *(a for a in AXES if a not in group_by)]
-    rows.sort(key=lambda row: tuple(_sort_key(row.get(a)) for a in order))
+    rows.sort(key=lambda row: tuple(_sort_key(a, row.get(a)) for a in order))
     return rows
 
 
 CKPT_ORDER = ("none", "selective", "full")
+# Strategies by family (what they shard: ddp, zero1, zero2, zero3), each native strategy followed by its
+# hand-written twins (suite/strategies/scratch/) in STRATEGY_FAMILY's order, so a table pairs them:
+# ddp, scratch-dp, scratch-dp-overlap, scratch-dp-bucketed, zero1, scratch-zero1, zero2, ...
+FAMILIES = ("ddp", "zero1", "zero2", "zero3")
+STRATEGY_ORDER = tuple(sorted(STRATEGY_FAMILY, key=lambda s: (
+    FAMILIES.index(STRATEGY_FAMILY[s]), s != STRATEGY_FAMILY[s], list(STRATEGY_FAMILY).index(s))))
 
 
-def _sort_key(value: Any) -> tuple[int, Any, str]:
-    """Numbers in numeric order, checkpointing modes by cost, other text alphabetically."""
+def _sort_key(axis: str, value: Any) -> tuple[int, Any, str]:
+    """Numbers in numeric order, checkpointing modes by cost, strategies by family (native first, then its
+    hand-written twins), other text (and strategies unknown to the planner) alphabetically."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return (0, value, "")
-    if value in CKPT_ORDER:
+    if axis == "activation_checkpointing" and value in CKPT_ORDER:
         return (1, CKPT_ORDER.index(value), "")
+    if axis == "strategy" and value in STRATEGY_ORDER:
+        return (1, STRATEGY_ORDER.index(value), "")
     return (2, 0, str(value))
 
 

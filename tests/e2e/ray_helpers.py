@@ -1,0 +1,83 @@
+"""Helpers for the Ray end-to-end tests: scenario variants of ray-multinode-cpu.yaml, reading a Ray cell's
+facts, recomputing a step's loss from a checkpoint, and finding Ray processes left behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+import torch
+import yaml
+
+from tests.e2e.run_helpers import REPO
+
+SHIPPED = REPO / "scenarios" / "ray-multinode-cpu.yaml"
+STEPS, EVERY = 100, 10  # long enough that a worker can be killed between two checkpoints
+
+
+def scenario(tmp: Path, name: str, **changes) -> Path:
+    """The shipped CPU scenario with STEPS steps, a checkpoint every EVERY, and `changes` (None deletes a key)."""
+    data = yaml.safe_load(SHIPPED.read_text())
+    data.update(name=name, steps=STEPS, timeout_s=900)
+    data["ray"].update(checkpoint_every_steps=EVERY)
+    data["convergence"].pop("match", None)  # cross-launcher matches are checked by the tests themselves
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        elif isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key].update(value)
+        else:
+            data[key] = value
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def torchrun_twin(tmp: Path) -> Path:
+    """The same cells under torchrun: one node, no ray block (nothing else changes what is computed)."""
+    return scenario(tmp, "ray-twin-torchrun", launcher="torchrun", nodes=1, ray=None)
+
+
+def by_strategy(results: dict[str, dict]) -> dict[str, dict]:
+    return {r["axes"]["strategy"]: r for r in results.values()}
+
+
+def events(workdir: Path) -> list[dict]:
+    path = workdir / "ray_events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
+
+
+def step_loss_from_checkpoint(result: dict, checkpoint_dir: Path, step: int) -> float:
+    """The global mean loss of optimizer step `step` computed by a plain model holding the checkpoint's weights
+    (all ranks' micro-batches of that step, one process): what the run recorded for that step if the
+    checkpoint holds the weights after step - 1."""
+    from suite.cells import Cell
+    from suite.data import build_data
+    from suite.models.build import build_model
+    from suite.worker.ray_checkpoint import load_model_state
+
+    cell = Cell.model_validate(result["cell"])
+    model = build_model(cell.model, cell.seed)
+    model.load_state_dict(load_model_state(checkpoint_dir), strict=True)
+    losses = []
+    with torch.no_grad():
+        for rank in range(cell.gpus):
+            for x, y in build_data(cell, rank, cell.gpus).micro_batches(step):
+                losses.append(model(x, y).item())
+    return sum(losses) / len(losses)
+
+
+def ray_processes_alive(pids) -> list[str]:
+    """`pid name` of the given processes that still run (zombies count as gone)."""
+    out = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"{pid} {p.name()}")
+        except psutil.NoSuchProcess:
+            continue
+    return out

@@ -3,12 +3,13 @@ the planner treats them; no process launch, so not marked slow."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 from suite.plan import predict
 from suite.strategies import STRATEGIES, get_strategy
-from suite.strategies.scratch.common import FlatLayout, buckets_by_size, storage_bytes
+from suite.strategies.scratch.common import FlatLayout, SyncSwitch, buckets_by_size, storage_bytes
 from tests.dist.spawn import make_cell
 
 TWINS = {"scratch-dp": "ddp", "scratch-dp-overlap": "ddp", "scratch-dp-bucketed": "ddp",
@@ -46,6 +47,20 @@ def test_storage_bytes_counts_aliased_memory_once():
     assert storage_bytes([flat, torch.zeros(10, dtype=torch.bfloat16)]) == 420
     flat.untyped_storage().resize_(0)  # a freed ZeRO-3 buffer holds nothing
     assert storage_bytes([flat]) == 0
+
+
+def test_sync_switch_is_off_only_inside_no_sync_even_when_backward_raises():
+    class Reducer(SyncSwitch):
+        pass
+
+    a, b = Reducer(), Reducer()
+    assert a.sync and b.sync
+    with a.no_sync():
+        assert not a.sync and b.sync  # per instance, not shared through the class
+    assert a.sync
+    with pytest.raises(RuntimeError), a.no_sync():
+        raise RuntimeError("backward failed")
+    assert a.sync  # a failed micro-batch must not leave the next step silently unsynchronized
 
 
 def test_every_scratch_strategy_is_registered_and_valid_in_a_scenario():

@@ -21,6 +21,7 @@ count the same bytes twice.  `storage_bytes` counts each underlying storage once
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -44,6 +45,23 @@ def broadcast_from_rank0(tensors) -> None:
     seed, so this changes nothing today; it guards against a rank whose initialization drifted."""
     for t in tensors:
         dist.broadcast(t, src=0)
+
+
+class SyncSwitch:
+    """`no_sync()` for a hand-written gradient reducer, as DDP's: the training loop enters it for every
+    micro-batch of a step but the last.  Inside, `self.sync` is False and the reducer's gradient hooks return
+    at once, so gradients only add up locally in `.grad`; the last micro-batch's backward runs with sync on and
+    communicates the sums, once per optimizer step.  `finally` turns sync back on even if backward raised."""
+
+    sync = True
+
+    @contextmanager
+    def no_sync(self):
+        self.sync = False
+        try:
+            yield
+        finally:
+            self.sync = True
 
 
 def buckets_by_size(params: list[nn.Parameter], cap_mb: float) -> list[list[nn.Parameter]]:

@@ -23,8 +23,6 @@ micro-batch's hooks copy the sums into the buckets.  Checkpointing and autocast:
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -33,6 +31,7 @@ from suite.results.schema import TensorBytes
 from suite.strategies.base import Parallel, make_optimizer, optimizer_state_bytes
 from suite.strategies.scratch.common import (
     FlatLayout,
+    SyncSwitch,
     broadcast_from_rank0,
     buckets_by_size,
     storage_bytes,
@@ -51,12 +50,11 @@ class Bucket:
         self.work: dist.Work | None = None
 
 
-class BucketedAllReduce:
+class BucketedAllReduce(SyncSwitch):
     def __init__(self, params: list[nn.Parameter], cap_mb: float):
         self.world = dist.get_world_size()
         self.buckets = [Bucket(group) for group in buckets_by_size(params, cap_mb)]
         self.bucket_of = {id(p): b for b in self.buckets for p in b.layout.params}
-        self.sync = True
         for p in params:
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
 
@@ -75,14 +73,6 @@ class BucketedAllReduce:
     def _launch(self, bucket: Bucket) -> None:
         bucket.work = dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, async_op=True)
         bucket.ready.clear()
-
-    @contextmanager
-    def no_sync(self):
-        self.sync = False
-        try:
-            yield
-        finally:
-            self.sync = True
 
     @torch.no_grad()
     def finish(self) -> None:

@@ -29,24 +29,21 @@ What is still slow: one all-reduce per parameter; scratch-dp-bucketed packs them
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from suite.results.schema import TensorBytes
 from suite.strategies.base import Parallel, make_optimizer, optimizer_state_bytes
-from suite.strategies.scratch.common import broadcast_from_rank0, storage_bytes, trainable
+from suite.strategies.scratch.common import SyncSwitch, broadcast_from_rank0, storage_bytes, trainable
 
 
-class OverlappedAllReduce:
+class OverlappedAllReduce(SyncSwitch):
     """Per-parameter hooks that launch async all-reduces during backward, and the wait before the step."""
 
     def __init__(self, params: list[nn.Parameter]):
         self.params = params
         self.world = dist.get_world_size()
-        self.sync = True  # False inside no_sync(): accumulate locally, communicate nothing
         self.pending: list[tuple[dist.Work, nn.Parameter]] = []
         for p in params:
             p.register_post_accumulate_grad_hook(self._on_grad_ready)
@@ -57,14 +54,6 @@ class OverlappedAllReduce:
         # In place on p.grad, in the background: the handle is all we keep.  Autograd will not touch p.grad
         # again in this backward, and the optimizer waits for the handle before reading it.
         self.pending.append((dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True), p))
-
-    @contextmanager
-    def no_sync(self):
-        self.sync = False
-        try:
-            yield
-        finally:
-            self.sync = True
 
     @torch.no_grad()
     def finish(self) -> None:

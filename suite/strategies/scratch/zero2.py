@@ -28,18 +28,16 @@ hooks fire after the recomputed block's gradients are accumulated; nothing else 
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from suite.strategies.base import Parallel, make_optimizer
-from suite.strategies.scratch.common import drop_model_grads_on_zero_grad, reduce_scatter_flat
+from suite.strategies.scratch.common import SyncSwitch, drop_model_grads_on_zero_grad, reduce_scatter_flat
 from suite.strategies.scratch.zero1 import ShardedBucket, count_sharded_bytes, make_buckets
 
 
-class ReduceScatterGrads:
+class ReduceScatterGrads(SyncSwitch):
     """Per-parameter hooks that reduce-scatter each bucket's gradients as soon as the bucket is complete."""
 
     def __init__(self, buckets: list[ShardedBucket]):
@@ -48,7 +46,6 @@ class ReduceScatterGrads:
         self.bucket_of = {id(p): b for b in buckets for p in b.params}
         self.ready = {id(b): set() for b in buckets}
         self.pending: dict[int, tuple[dist.Work, torch.Tensor, torch.Tensor]] = {}  # bucket -> (work, out, in)
-        self.sync = True
         for b in buckets:
             for p in b.params:
                 p.register_post_accumulate_grad_hook(self._on_grad_ready)
@@ -71,14 +68,6 @@ class ReduceScatterGrads:
         # `grads` must stay alive until the transfer is done: keep it with the handle.
         self.pending[id(bucket)] = (reduce_scatter_flat(out, grads, op=dist.ReduceOp.SUM, async_op=True), out, grads)
         self.ready[id(bucket)].clear()
-
-    @contextmanager
-    def no_sync(self):
-        self.sync = False
-        try:
-            yield
-        finally:
-            self.sync = True
 
     @torch.no_grad()
     def finish(self) -> None:

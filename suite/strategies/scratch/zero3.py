@@ -44,8 +44,6 @@ a block); the models here tie the head to the embedding, both in the root unit.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -54,6 +52,7 @@ from suite.results.schema import TensorBytes
 from suite.strategies.base import Parallel, make_optimizer, optimizer_state_bytes
 from suite.strategies.scratch.common import (
     FlatLayout,
+    SyncSwitch,
     all_gather_flat,
     broadcast_from_rank0,
     drop_model_grads_on_zero_grad,
@@ -100,7 +99,7 @@ class Unit:
             self.gathered = False
 
 
-class Zero3:
+class Zero3(SyncSwitch):
     def __init__(self, model: nn.Module, cell, device: torch.device):
         self.world = dist.get_world_size()
         dtype = compute_dtype(cell.precision) or torch.float32
@@ -115,7 +114,6 @@ class Zero3:
         self.unit_of = {id(p): u for u in self.units for p in u.params}
         self.ready = {id(u): 0 for u in self.units}
         self.pending: dict[int, tuple[dist.Work, torch.Tensor, torch.Tensor]] = {}
-        self.sync = True
 
         model.register_forward_pre_hook(self._before_model)
         for i, block in enumerate(model.blocks):
@@ -166,14 +164,6 @@ class Zero3:
             p.grad = None
         out = torch.empty(unit.layout.shard_numel, dtype=grads.dtype, device=grads.device)
         self.pending[id(unit)] = (reduce_scatter_flat(out, grads, op=dist.ReduceOp.SUM, async_op=True), out, grads)
-
-    @contextmanager
-    def no_sync(self):
-        self.sync = False
-        try:
-            yield
-        finally:
-            self.sync = True
 
     @torch.no_grad()
     def finish(self) -> None:

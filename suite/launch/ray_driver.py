@@ -41,7 +41,9 @@ from suite.worker import ray_entry  # noqa: E402
 
 NODE_WAIT_S = 90.0  # nodes may still be joining a freshly started cluster
 NODE_ID_LABEL = "ray.io/node-id"
-WORKER_ENV = ("PYTHONPATH", "SUITE_FAULT")  # passed to the worker actors (they inherit the raylet's env, not ours)
+# Passed to the worker actors through the training function's config (actors inherit the raylet's environment,
+# not the driver's); not through a runtime_env, which would make Ray start fresh worker processes for it.
+WORKER_ENV = ("PYTHONPATH", "SUITE_FAULT")
 
 
 def _append(file: Path, **event) -> None:
@@ -178,15 +180,13 @@ def main(cell_json: str, workdir_arg: str, worker_module: str) -> int:
                      placement={"requested": settings.placement_strategy if settings else "auto",
                                 "ray_strategy": strategy, "nodes": chosen})
         env = {k: os.environ[k] for k in WORKER_ENV if k in os.environ}
-        if not use_gpu:
-            env["OMP_NUM_THREADS"] = str(cell.threads_per_rank)
         every = settings.checkpoint_every_steps if settings else None
         storage = Path(settings.storage_path).resolve() if settings and settings.storage_path else workdir / "ray"
         trainer = TorchTrainer(
             ray_entry.train_func,
             train_loop_config={"cell": cell.model_copy(update={"device": device}).model_dump_json(),
                                "workdir": str(workdir), "worker_module": worker_module,
-                               "checkpoint_every_steps": every, "cwd": os.getcwd()},
+                               "checkpoint_every_steps": every, "cwd": os.getcwd(), "env": env},
             scaling_config=ScalingConfig(num_workers=cell.gpus, use_gpu=use_gpu, resources_per_worker=per_worker,
                                          placement_strategy=strategy, label_selector=selectors),
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo", timeout_s=cell.timeout_s),
@@ -196,8 +196,7 @@ def main(cell_json: str, workdir_arg: str, worker_module: str) -> int:
                     num_to_keep=settings.num_to_keep if settings else None,
                     checkpoint_score_attribute=settings.checkpoint_score_attribute if settings else None,
                     checkpoint_score_order=settings.checkpoint_score_order if settings else "max"),
-                failure_config=FailureConfig(max_failures=settings.max_failures if settings else 0),
-                worker_runtime_env={"env_vars": env}),
+                failure_config=FailureConfig(max_failures=settings.max_failures if settings else 0)),
         )
         facts["fit_started_t"] = time.time()
         result = trainer.fit()

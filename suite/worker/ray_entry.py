@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import os
 import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -111,6 +112,11 @@ def train_func(config: dict) -> None:
     t_enter = time.time()
     if os.path.isdir(config.get("cwd") or ""):
         os.chdir(config["cwd"])  # relative paths in the cell (e.g. data roots) mean what they meant to the runner
+    env = config.get("env") or {}
+    os.environ.update(env)  # e.g. SUITE_FAULT for the runner's fault-injection tests
+    for entry in reversed((env.get("PYTHONPATH") or "").split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(0, entry)  # a worker module outside the installed package (tests' fakes)
     cell = Cell.model_validate_json(config["cell"])
     workdir = Path(config["workdir"])
     facts = node_facts()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import sys
 import subprocess
 import threading
 import time
@@ -180,21 +180,23 @@ def test_compose_run_smoke_writes_results_on_the_host(compose, images, host_refe
     assert all(p.stat().st_uid == os.getuid() for p in runs[0].rglob("*"))
 
 
-def test_sdk_cell_matches_the_host_run(images, tmp_path, host_reference, monkeypatch):
-    """The same cell in a fresh container through the Docker SDK: identical losses; the container is removed."""
+def test_suite_run_image_runs_cells_in_containers(images, tmp_path, host_reference, monkeypatch):
+    """`suite run FILE --image IMAGE` on the host: every cell in a fresh container (Docker SDK), the image and
+    its digest in the manifest, the host's losses, records owned by the host user, no container left."""
     cell, host_losses = host_reference
     monkeypatch.setenv("SUITE_CONTAINER_LABELS", TEST_LABEL)
-    inside = container.run_cell(cell, tmp_path, timeout_s=600, stop=threading.Event(), device="cpu",
-                                image=images["image"])
-    assert inside.returncode == 0, (tmp_path / "launcher.log").read_text()[-3000:]
-    assert inside.extra["image_digest"] == images["digest"]
-    recs = records(tmp_path)
-    assert [r.rank for r in recs] == [0, 1] and all(r.status == "ok" for r in recs)
-    assert all(p.stat().st_uid == os.getuid() for p in tmp_path.glob("rank*.json"))
-    assert "step" in (tmp_path / "events.jsonl").read_text()
-    assert recs[0].losses == pytest.approx(host_losses, rel=1e-6, abs=0)
-    left = sh("docker", "ps", "-aq", "--filter", f"label=io.github.suite.cell={cell.id}").stdout.split()
-    assert left == []
+    suite = Path(sys.executable).parent / "suite"
+    proc = sh(suite, "run", "scenarios/smoke.yaml", "--only", cell.id, "--image", images["image"],
+              "--results", tmp_path, check=False, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run,) = sorted((tmp_path / "smoke").iterdir())
+    manifest = Manifest.model_validate_json((run / "manifest.json").read_text())
+    assert (manifest.container_image, manifest.container_image_digest) == (images["image"], images["digest"])
+    result = CellResult.model_validate_json(next((run / "cells").glob(f"{cell.id}-*.json")).read_text())
+    assert result.status == "ok" and result.launcher == "container", result.error
+    assert result.losses == pytest.approx(host_losses, rel=1e-6, abs=0)
+    assert all(p.stat().st_uid == os.getuid() for p in run.rglob("*"))
+    assert sh("docker", "ps", "-aq", "--filter", f"label={TEST_LABEL}").stdout.split() == []
 
 
 def test_sdk_timeout_and_stop_remove_the_container(images, tmp_path, monkeypatch):
@@ -206,7 +208,8 @@ def test_sdk_timeout_and_stop_remove_the_container(images, tmp_path, monkeypatch
     t0 = time.monotonic()
     timed = container.run_cell(hang, tmp_path / "t", timeout_s=25, stop=threading.Event(), device="cpu",
                                image=images["image"], grace_s=3)
-    assert timed.timed_out and not timed.interrupted and "timeout" in timed.error
+    assert timed.timed_out and not timed.interrupted and "timeout" in timed.error, \
+        (timed, (tmp_path / "t" / "launcher.log").read_text()[-3000:])
     assert time.monotonic() - t0 < 25 + 30
     stop = threading.Event()
     threading.Timer(15, stop.set).start()

@@ -37,7 +37,7 @@ from ray.train.torch import TorchConfig, TorchTrainer  # noqa: E402
 
 from suite.cells import Cell  # noqa: E402
 from suite.results.schema import RankRecord  # noqa: E402
-from suite.worker import ray_entry  # noqa: E402
+from suite.worker import ray_checkpoint, ray_entry  # noqa: E402
 
 NODE_WAIT_S = 90.0  # nodes may still be joining a freshly started cluster
 NODE_ID_LABEL = "ray.io/node-id"
@@ -137,7 +137,13 @@ def place(cell: Cell, per_worker: dict[str, float], strategy: str) -> tuple[str,
     if strategy != "auto":
         return strategy, None, []
     chosen = fit[:cell.nodes]
-    return "PACK", [{NODE_ID_LABEL: chosen[i // per_node]} for i in range(cell.gpus)], chosen
+    return "PACK", label_selectors(cell, chosen), chosen
+
+
+def label_selectors(cell: Cell, node_ids: list[str]) -> list[dict[str, str]]:
+    """Worker i -> node i // (gpus / nodes): consecutive ranks share a node, as torchrun's would."""
+    per_node = cell.gpus // cell.nodes
+    return [{NODE_ID_LABEL: node_ids[i // per_node]} for i in range(cell.gpus)]
 
 
 def _checkpoint_facts(checkpoint: Checkpoint, metrics: dict) -> dict:
@@ -148,7 +154,6 @@ def _checkpoint_facts(checkpoint: Checkpoint, metrics: dict) -> dict:
 def restore_best(cell: Cell, checkpoint: Checkpoint) -> dict:
     """Load the checkpoint's weights into a freshly built plain model, strictly (what a user would do)."""
     from suite.models.build import build_model
-    from suite.worker import ray_checkpoint
 
     t0 = time.perf_counter()
     with checkpoint.as_directory() as folder:
@@ -181,6 +186,8 @@ def main(cell_json: str, workdir_arg: str, worker_module: str) -> int:
                                 "ray_strategy": strategy, "nodes": chosen})
         env = {k: os.environ[k] for k in WORKER_ENV if k in os.environ}
         every = settings.checkpoint_every_steps if settings else None
+        if every:
+            ray_checkpoint.check_supported(cell.strategy)
         storage = Path(settings.storage_path).resolve() if settings and settings.storage_path else workdir / "ray"
         trainer = TorchTrainer(
             ray_entry.train_func,

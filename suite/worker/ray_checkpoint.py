@@ -38,6 +38,9 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 FORMAT = "full_state_dict/v1"
+# The hand-written ZeRO strategies give their optimizer flat shards, not the model's parameters, so the
+# state-dict API cannot name the optimizer's state; their checkpoints are not supported (yet).
+UNSUPPORTED = ("scratch-zero1", "scratch-zero2", "scratch-zero3")
 MODEL_FILE, OPTIM_FILE, META_FILE = "model.pt", "optim.pt", "meta.json"
 
 
@@ -53,6 +56,12 @@ class Meta:
     world_size: int
     format: str = FORMAT
     extra: dict = field(default_factory=dict)
+
+
+def check_supported(strategy: str) -> None:
+    if strategy in UNSUPPORTED:
+        raise ValueError(f"checkpoints of strategy {strategy} are not supported (its optimizer holds flat shards, "
+                         f"not the model's parameters); leave ray.checkpoint_every_steps unset for it")
 
 
 def _is_zero1(optimizer: torch.optim.Optimizer) -> bool:

@@ -26,7 +26,9 @@ def _steps(par, data, steps, rank_world) -> list[float]:
         (x, y), = data.micro_batches(step)  # grad_accum 1 in these cells
         loss = par.model(x, y)
         loss.backward()
+        par.before_step()  # hand-written strategies communicate here
         par.optimizer.step()
+        par.after_step()
         t = loss.detach().reshape(1).clone()
         dist.all_reduce(t)
         losses.append(t.item() / rank_world)

@@ -1,4 +1,5 @@
-"""Checkpoints (suite/worker/ray_checkpoint.py) round-trip for DDP, ZeRO-1 and FSDP (ZeRO-2/3) on 2 gloo ranks:
+"""Checkpoints (suite/worker/ray_checkpoint.py) round-trip for DDP, ZeRO-1, FSDP (ZeRO-2/3) and the hand-written
+DP on 2 gloo ranks:
 a run restored from a checkpoint continues exactly as the run that wrote it, and the saved model loads
 strictly into a plain, unwrapped model.  One spawned group of 2 processes for all strategies."""
 
@@ -13,7 +14,7 @@ import pytest
 from tests.dist.spawn import ROOT, free_ports, make_cell, worker_env
 
 pytestmark = pytest.mark.slow
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "scratch-dp")
 
 
 def test_checkpoint_round_trip_every_strategy(tmp_path):

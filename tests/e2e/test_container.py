@@ -227,26 +227,27 @@ def ray_image(images):
     return "suite:ray"
 
 
-def test_compose_ray_cluster_spreads_over_two_worker_containers(compose, ray_image):
-    """`docker compose up` gives a head and two workers, each a node with its own address; a driver in the
-    suite-ray service (a CPU-less node) places one task per worker with STRICT_SPREAD."""
+def test_compose_ray_cluster_runs_a_two_node_cell_across_worker_containers(compose, ray_image, tmp_path):
+    """`docker compose up` gives a head and two workers, each a node with its own address; `suite-ray` (a
+    CPU-less node of that cluster) runs a `nodes: 2` Ray cell: one rank per worker container, the loss curve of
+    the same cell under torchrun on the host, the ray image's digest in the manifest."""
+    _, cells = load_cells(str(ROOT / "scenarios" / "ray-multinode-cpu.yaml"))
+    cell = next(c for c in cells if c.strategy == "ddp")
     compose("--profile", "ray", "up", "-d", "--wait", "--scale", "ray-worker=2", timeout=600)
-    probe = """
-import json, ray
-from ray.util.placement_group import placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-ray.init()
-pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
-ray.get(pg.ready(), timeout=120)
-where = ray.remote(num_cpus=1)(lambda: ray.util.get_node_ip_address())
-ips = ray.get([where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
-               .remote() for i in range(2)])
-nodes = [(n["NodeManagerAddress"], n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]]
-print("RESULT", json.dumps({"ips": ips, "nodes": nodes}))
-"""
-    out = compose("--profile", "ray", "run", "--rm", "-T", "-l", TEST_LABEL, "suite-ray", "--exec", "python3", "-c",
-                  probe, timeout=600).stdout
-    found = json.loads(next(l for l in out.splitlines() if l.startswith("RESULT "))[len("RESULT "):])
-    workers = {ip for ip, cpus in found["nodes"] if cpus == 1}
-    assert len(found["nodes"]) == 4  # head, two workers, the driver's node
-    assert len(workers) == 2 and set(found["ips"]) == workers  # one task on each worker container
+    workers = compose("--profile", "ray", "ps", "-q", "ray-worker").stdout.split()
+    assert len(workers) == 2
+    compose("--profile", "ray", "run", "--rm", "-T", "-l", TEST_LABEL, "suite-ray",
+            "scenarios/ray-multinode-cpu.yaml", "--only", cell.id, timeout=1500)
+    (run,) = sorted((compose.results / "ray-multinode-cpu").iterdir())
+    result = CellResult.model_validate_json(next((run / "cells").glob(f"{cell.id}-*.json")).read_text())
+    assert result.status == "ok" and result.launcher == "ray", result.error
+    assert len({r.node_ip for r in result.ranks}) == 2  # two distinct node addresses
+    assert sorted(r.hostname for r in result.ranks) == sorted(w[:12] for w in workers)  # one rank per worker
+    manifest = Manifest.model_validate_json((run / "manifest.json").read_text())
+    ray_digest = sh("docker", "image", "inspect", "-f", "{{.Id}}", ray_image).stdout.strip()
+    assert (manifest.container_image, manifest.container_image_digest) == (ray_image, ray_digest)
+    # the same cell on one node under torchrun, on the host: the same losses
+    local = Cell.model_validate({**cell.model_dump(), "launcher": "torchrun", "nodes": 1})
+    host = torchrun.run_cell(local, tmp_path, timeout_s=600, stop=threading.Event(), device="cpu")
+    assert host.returncode == 0, host.error
+    assert result.losses == pytest.approx(records(tmp_path)[0].losses, rel=1e-5, abs=0)

@@ -14,7 +14,8 @@ under torchrun and uses the existing group (suite/worker/dist.py).  What is Ray-
     done        every rank reports its RankRecord (JSON) - the driver-side callback writes rank<R>.json on
                 the driver's node, so records arrive even when ranks ran on machines without a shared disk.
 
-A rank whose record says failed / oom raises instead of reporting: its peers are blocked in a collective, and
+Fault injection (SUITE_FAULT, for tests) applies to a run that starts at step 0 only, not to a group restarted
+from a checkpoint.  A rank whose record says failed / oom raises instead of reporting: its peers are blocked in a collective, and
 only a raised error makes Ray tear the group down (and restart it when FailureConfig allows).  `diverged` is
 reported normally: every rank stops at the same step, and a restart would diverge again.
 """
@@ -121,7 +122,12 @@ def train_func(config: dict) -> None:
     workdir = Path(config["workdir"])
     facts = node_facts()
     ray.train.report({"suite_event": START, "t": t_enter, **facts})
-    hooks = RayHooks(cell, config.get("checkpoint_every_steps"), ray.train.get_checkpoint())
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        # Injected faults (SUITE_FAULT) belong to the first pass over the steps: a group restarted from a
+        # checkpoint runs without them, or a restart would replay the same fault until retries run out.
+        os.environ.pop("SUITE_FAULT", None)
+    hooks = RayHooks(cell, config.get("checkpoint_every_steps"), checkpoint)
     record = resolve_worker(config["worker_module"])(cell, workdir, hooks=hooks)
     extra = {**record.extra, "ray": {"pid": facts["pid"], "entered_t": t_enter,
                                      "returned_t": time.time(), "resumed_from_step": hooks.resumed_from,

@@ -13,7 +13,7 @@ import yaml
 from tests.e2e.run_helpers import REPO
 
 SHIPPED = REPO / "scenarios" / "ray-multinode-cpu.yaml"
-STEPS, EVERY = 100, 10  # long enough that a worker can be killed between two checkpoints
+STEPS, EVERY = 40, 10  # checkpoints at 10, 20, 30, 40 (the best 2 by loss are kept)
 
 
 def scenario(tmp: Path, name: str, **changes) -> Path:
@@ -45,6 +45,14 @@ def by_strategy(results: dict[str, dict]) -> dict[str, dict]:
 
 def events(workdir: Path) -> list[dict]:
     path = workdir / "ray_events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
+
+
+def worker_events(workdir: Path) -> list[dict]:
+    """Rank 0's events.jsonl (setup_done, step, done), complete lines only."""
+    path = workdir / "events.jsonl"
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]

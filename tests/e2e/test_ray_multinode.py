@@ -5,10 +5,12 @@ test_ray_private_cluster   no --ray-address: suite starts a 2-node cluster (ray 
                            goes on) and an FSDP cell: both ranks on different nodes, best-2 checkpoints by loss,
                            the best restorable with the right weights, a curve equal to torchrun's, and no Ray
                            process left once suite exits.
-test_ray_worker_killed     --ray-address of a cluster the test starts: one worker process of a DDP cell is
-                           SIGKILLed by pid after the first checkpoint; Ray restarts the group from the last
-                           checkpoint (max_failures 1), the result records the restart, gates pass and the
-                           curve still equals torchrun's; stopping the cluster leaves no process.
+test_ray_worker_killed     --ray-address of a cluster the test starts: the DDP cell's ranks are held at step
+                           HANG (SUITE_FAULT hang, so the kill never races the end of the run) after two
+                           checkpoints, one worker process is SIGKILLed by pid; Ray restarts the group from the
+                           last checkpoint (max_failures 1; a restarted group runs without injected faults), the
+                           result records the restart, gates pass and the curve still equals torchrun's;
+                           stopping the cluster leaves no process.
 Both compare with one torchrun run of the same cells (launcher torchrun, nodes 1): a convergence match across
 launchers, with the runner's own curve gate.
 """
@@ -26,11 +28,13 @@ from suite.launch.ray_cluster import LocalCluster
 from suite.runner.gates import curve_gate
 from tests.e2e.ray_helpers import (
     EVERY, STEPS, by_strategy, events, ray_processes_alive, scenario, step_loss_from_checkpoint, torchrun_twin,
+    worker_events,
 )
 from tests.e2e.run_helpers import cell_results, env, run_cli, run_dirs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 RTOL = 1e-5  # same mathematics on the same machine: fp32 curves agree to ~1e-6
+HANG = 25  # the killed run's ranks wait here, after the checkpoints of steps 10 and 20
 
 
 def _ray_env(**extra) -> dict[str, str]:
@@ -105,17 +109,22 @@ def test_ray_private_cluster(tmp_path, torchrun_curves):
 def test_ray_worker_killed(tmp_path, torchrun_curves):
     path = scenario(tmp_path, "ray-kill", strategy="ddp", ray={"max_failures": 1})
     results = tmp_path / "results"
+    from suite.cells import load_cells
+
+    (cell,) = load_cells(str(path))[1]
     cluster = LocalCluster(nodes=2, cpus_per_node=2)
     killed: dict = {}
 
-    def kill_rank1_after_first_checkpoint(_proc):
+    def kill_rank1_while_held(_proc):
         runs = run_dirs(results, "ray-kill")
         if killed or not runs or not (runs[0] / "work").is_dir():
             return
         for workdir in (runs[0] / "work").iterdir():
             seen = events(workdir)
             starts = [e for e in seen if e["event"] == "group_start"]
-            if starts and any(e["event"] == "checkpoint" for e in seen):
+            saved = [e["step"] for e in seen if e["event"] == "checkpoint"]
+            steps = [e["step"] for e in worker_events(workdir) if e["event"] == "step"]
+            if starts and 2 * EVERY in saved and steps and steps[-1] == HANG - 1:
                 pid = starts[0]["ranks"][1]["pid"]
                 os.kill(pid, signal.SIGKILL)
                 killed.update(pid=pid, at=time.time(), steps=[e["step"] for e in seen if e["event"] == "checkpoint"])
@@ -123,7 +132,7 @@ def test_ray_worker_killed(tmp_path, torchrun_curves):
     try:
         cluster.start()
         run = run_cli(["run", str(path), "--results", str(results), "--ray-address", cluster.address], tmp_path,
-                      _ray_env(), timeout=1500, watch=kill_rank1_after_first_checkpoint)
+                      _ray_env(SUITE_FAULT=f"{cell.id}:hang@{HANG}"), timeout=1500, watch=kill_rank1_while_held)
     finally:
         cluster_pids = cluster.pids()
         left = cluster.stop()
@@ -142,8 +151,7 @@ def test_ray_worker_killed(tmp_path, torchrun_curves):
     assert first[1]["pid"] == killed["pid"] and killed["pid"] not in {r["pid"] for r in second}
     assert len({r["node_id"] for r in second}) == 2
     resumed = {r["extra"]["ray"]["resumed_from_step"] for r in map(_rank_record, folder.glob("work/*/rank*.json"))}
-    (step,) = resumed
-    assert step in range(EVERY, STEPS, EVERY) and step >= killed["steps"][0]
+    assert resumed == {2 * EVERY}, resumed  # the latest checkpoint before the kill
     assert len(result["losses"]) == STEPS and all(g["passed"] for g in result["gates"])
     _matches(result, torchrun_curves["ddp"])  # the restored run continued exactly where the killed one was
 

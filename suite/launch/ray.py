@@ -11,6 +11,12 @@
     result     the driver's ray_driver.json (timings, placement, restarts, checkpoints, restored best) goes
                into LaunchResult.extra["ray"]; the ranks' records are in the work folder as under torchrun.
 
+Overhead, as the result shows it: the runner's `launch` (driver start to the worker's setup) holds the
+driver's imports, connecting, and Ray's worker-group setup; extra.ray splits them (driver_import_s,
+connect_s, wait_nodes_s, worker_group_setup_s) and adds teardown_s (the ranks' return to fit() returning)
+and the cluster's own start_s (on the cell that started it).  After a restart, the failed attempts' time
+falls into the runner's `teardown` (wall minus the rest); extra.ray.groups lists every attempt.
+
 The same call as every launcher: run_cell(cell, workdir, *, timeout_s, stop, on_poll, worker_module, device).
 Ray's dashboard and usage statistics are off for clusters suite starts (and RAY_USAGE_STATS_ENABLED=0 is set
 for the driver in any case).

@@ -2,8 +2,8 @@
 
 Docker is installed and started by scripts/docker-setup (called once per session by the `images` fixture),
 which also builds the registry-free base image and the suite image; both are cached between runs on one
-machine (a warm setup takes seconds). Everything these tests create carries the label suite.test=1 or runs
-in a compose project named suite-test-*, and the session ends by checking that none of it is left.
+machine (a warm setup takes seconds). Everything these tests create carries the label suite.test=<session> or runs
+in a compose project named suite-test-<session>-*, and the session ends by checking that none of it is left.
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ from suite.results.schema import CellResult, Manifest, RankRecord
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-TEST_LABEL = "suite.test=1"
+# One value per test session: sessions of other people on the same daemon do not see each other's leftovers.
+SESSION = uuid.uuid4().hex[:8]
+TEST_LABEL = f"suite.test={SESSION}"
+PROJECT_PREFIX = f"suite-test-{SESSION}-"
 
 
 def sh(*args, check=True, timeout=900, env=None, cwd=ROOT) -> subprocess.CompletedProcess:
@@ -47,7 +50,7 @@ def leftovers() -> dict[str, list[str]]:
             cmd = ["docker", kind, "ls", "-q", "--filter", flt] + (["-a"] if kind == "container" else [])
             fmt = "{{.Names}}" if kind == "container" else "{{.Name}}"
             out = sh(*cmd, "--format", fmt).stdout.split()
-            names |= {n for n in out if flt.startswith("label=suite") or "suite-test-" in n}
+            names |= {n for n in out if flt == f"label={TEST_LABEL}" or PROJECT_PREFIX in n}
         found[kind] = sorted(names)
     return found
 
@@ -67,7 +70,7 @@ def images():
 @pytest.fixture
 def compose(images, tmp_path):
     """compose(*args) runs `docker compose` at the project root in a private project, results in tmp_path."""
-    project = f"suite-test-{uuid.uuid4().hex[:8]}"
+    project = f"{PROJECT_PREFIX}{uuid.uuid4().hex[:6]}"
     results = tmp_path / "results"
     results.mkdir()
     env = {"COMPOSE_PROJECT_NAME": project, "SUITE_RESULTS_DIR": str(results)}

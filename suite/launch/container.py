@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from suite.launch import DEFAULT_WORKER, LaunchResult
-from suite.launch.torchrun import GRACE_S, POLL_S, _tail, command as torchrun_command, environment
+from suite.launch.torchrun import GRACE_S, POLL_S, command as torchrun_command, environment, outcome_error
 from suite.results.env import allowed_env
 
 LABEL = "io.github.suite.launcher"  # every container this launcher creates carries it (cleanup, tests)
@@ -215,10 +215,5 @@ def run_cell(cell, workdir: Path, *, timeout_s: float, stop: threading.Event,
             container.remove(force=True)  # also on Ctrl-C (KeyboardInterrupt) and on errors above
     if on_poll is not None:
         on_poll()
-    if result.timed_out:
-        result.error = f"timeout: killed after {timeout_s:g} s (timeout_s)\n" + (_tail(log_path) or "")
-    elif result.interrupted:
-        result.error = "interrupted (Ctrl-C / SIGTERM)"
-    elif result.returncode != 0:
-        result.error = _tail(log_path)
+    result.error = outcome_error(result, timeout_s, log_path)
     return result

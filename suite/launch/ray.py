@@ -25,6 +25,7 @@ for the driver in any case).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -176,17 +177,13 @@ def stop_group(proc: subprocess.Popen, grace_s: float) -> list[int]:
     """SIGTERM the driver's process group, SIGKILL it after `grace_s`; returns the pids it held.  Ray then
     ends the dead driver's job: its Train controller and worker actors are killed by the cluster."""
     pids = _group_pids(proc.pid)
-    try:
+    with contextlib.suppress(ProcessLookupError):  # the driver's group has already exited
         os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and (proc.poll() is None or _group_pids(proc.pid)):
         time.sleep(0.05)
-    try:
+    with contextlib.suppress(ProcessLookupError):  # it exited within the grace period
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
     return pids
 

@@ -200,13 +200,19 @@ def run_cell(cell, workdir: Path, *, timeout_s: float, stop: threading.Event,
             result.extra["stray_killed"] = stop_tree(proc, {p.pid: p for p in stray}, result.started, grace_s)
     if on_poll is not None:
         on_poll()
-    if result.timed_out:
-        result.error = f"timeout: killed after {timeout_s:g} s (timeout_s)\n" + (_tail(log_path) or "")
-    elif result.interrupted:
-        result.error = "interrupted (Ctrl-C / SIGTERM)"
-    elif result.returncode != 0:
-        result.error = _tail(log_path)
+    result.error = outcome_error(result, timeout_s, log_path)
     return result
+
+
+def outcome_error(result: LaunchResult, timeout_s: float, log_path: Path) -> str | None:
+    """What went wrong with a finished launch, for CellResult.error (None when it exited 0)."""
+    if result.timed_out:
+        return f"timeout: killed after {timeout_s:g} s (timeout_s)\n" + (_tail(log_path) or "")
+    if result.interrupted:
+        return "interrupted (Ctrl-C / SIGTERM)"
+    if result.returncode != 0:
+        return _tail(log_path)
+    return None
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ def run_cli(args: list[str], cwd: Path, environ: dict[str, str], timeout: float 
             out, err = proc.communicate(timeout=0.2)
             break
         except subprocess.TimeoutExpired:
-            pass
+            pass  # still running: record its process tree below, then poll again
         try:
             for p in root.children(recursive=True):
                 if p.pid not in seen:
@@ -82,7 +82,7 @@ def run_cli(args: list[str], cwd: Path, environ: dict[str, str], timeout: float 
                     except psutil.Error:
                         cmdlines[p.pid] = ""
         except psutil.NoSuchProcess:
-            pass
+            pass  # the CLI process just exited; communicate() returns on the next turn
         if watch is not None:
             watch(proc)
         if time.monotonic() > deadline:

@@ -27,6 +27,7 @@ from suite.scenario import (
     ScenarioError,
     SourceMap,
 )
+from suite.scenario_types import StrategyName
 
 # Settings that do not change what a cell computes: left out of its id.
 # `ray` (checkpointing, retries, placement) changes how a ray cell is run, not what it computes; the launcher
@@ -43,8 +44,7 @@ class Cell(BaseModel):
     scenario: str = Field(description="Name of the scenario the cell came from.")
     model: ModelShape
     seq_len: int = Field(description="Tokens per sample (for vit: patches + class token).")
-    strategy: Literal["ddp", "zero1", "zero2", "zero3", "scratch-dp", "scratch-dp-overlap", "scratch-dp-bucketed",
-                      "scratch-zero1", "scratch-zero2", "scratch-zero3"]
+    strategy: StrategyName = Field(description="A registered strategy's name (suite/strategies/registry.py).")
     activation_checkpointing: Checkpointing
     precision: Precision
     gpus: int = Field(description="World size.")
@@ -95,8 +95,8 @@ def cell_id(settings: dict[str, Any]) -> str:
 
 
 def _matches(entry: dict[str, Any], axes: dict[str, Any]) -> bool:
-    """Whether an `exclude` entry (a partial cell) matches; `fsdp` is the alias of `zero3` there too."""
-    return all(axes.get(k) == ("zero3" if k == "strategy" and v == "fsdp" else v) for k, v in entry.items())
+    """Whether an `exclude` entry (a partial cell) matches (its strategy aliases were resolved on validation)."""
+    return all(axes.get(k) == v for k, v in entry.items())
 
 
 def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap) -> list[str]:
@@ -140,12 +140,7 @@ def _check_match(scenario: Scenario, src: SourceMap) -> list[str]:
     match = scenario.convergence.match if scenario.convergence else None
     if match is None:
         return []
-    values = scenario.axis_values(match.axis)
-    if match.axis == "strategy":
-        values = ["zero3" if v == "fsdp" else v for v in values]
-        value = "zero3" if match.value == "fsdp" else match.value
-    else:
-        value = match.value
+    values, value = scenario.axis_values(match.axis), match.value
     if value not in values:
         return [f"{src.where('convergence', 'match')}: match {match.axis}: {match.value!r} is not among "
                 f"the scenario's {match.axis} values {values}"]
@@ -157,7 +152,7 @@ def _check_match_references(scenario: Scenario, cells: list[Cell], src: SourceMa
     match = scenario.convergence.match if scenario.convergence else None
     if match is None:
         return []
-    value = "zero3" if match.axis == "strategy" and match.value == "fsdp" else match.value
+    value = match.value
     present = {tuple(c.axes().items()) for c in cells}
     for c in cells:
         if tuple({**c.axes(), match.axis: value}.items()) not in present:
@@ -182,8 +177,6 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
     for values in itertools.product(*(scenario.axis_values(a) for a in AXES)):
         combo = dict(zip(AXES, values))
         shape = resolve(combo["model"])
-        if combo["strategy"] == "fsdp":
-            combo["strategy"] = "zero3"
         combo["model"] = model_label(shape)
         if any(_matches(entry, combo) for entry in scenario.exclude):
             continue

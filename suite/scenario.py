@@ -14,11 +14,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from suite.models.presets import PRESETS, ModelShape
+from suite.scenario_types import StrategyName, resolve_alias
 from suite.scenario_source import ScenarioError, SourceMap, load_scenario  # noqa: F401 (re-exported)
 
-# scratch-*: the hand-written twins in suite/strategies/scratch/ (same mathematics as ddp / zeroN)
-Strategy = Literal["ddp", "zero1", "zero2", "zero3", "fsdp", "scratch-dp", "scratch-dp-overlap", "scratch-dp-bucketed",
-                   "scratch-zero1", "scratch-zero2", "scratch-zero3"]
+Strategy = StrategyName  # any registered strategy or alias (suite/strategies/registry.py), resolved to its name
 Checkpointing = Literal["none", "selective", "full"]
 Precision = Literal["fp32", "bf16-mixed", "fp16-mixed"]
 
@@ -48,6 +47,8 @@ def _exclude_entry(entry: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(entry) - set(AXES))
     if unknown or not entry:
         raise ValueError(f"exclude entry {entry} names no axis or unknown keys {unknown}; axes: {', '.join(AXES)}")
+    if "strategy" in entry:  # aliases are resolved here, once (fsdp -> zero3)
+        entry = {**entry, "strategy": resolve_alias(entry["strategy"])}
     return entry
 
 
@@ -115,13 +116,17 @@ class MatchGate(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _from_mapping(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or "axis" in data:
+        if not isinstance(data, dict):
             return data
-        rest = {k: v for k, v in data.items() if k not in ("rtol", "atol")}
-        if len(rest) != 1:
-            raise ValueError(f"match needs exactly one axis key besides rtol/atol, got {sorted(rest) or 'none'}")
-        (axis, value), = rest.items()
-        return {"axis": axis, "value": value, **{k: data[k] for k in ("rtol", "atol") if k in data}}
+        if "axis" not in data:
+            rest = {k: v for k, v in data.items() if k not in ("rtol", "atol")}
+            if len(rest) != 1:
+                raise ValueError(f"match needs exactly one axis key besides rtol/atol, got {sorted(rest) or 'none'}")
+            (axis, value), = rest.items()
+            data = {"axis": axis, "value": value, **{k: data[k] for k in ("rtol", "atol") if k in data}}
+        if data.get("axis") == "strategy":  # aliases are resolved here, once (fsdp -> zero3)
+            data = {**data, "value": resolve_alias(data.get("value"))}
+        return data
 
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> Any:
@@ -211,8 +216,9 @@ class Scenario(_Strict):
         "Tokens per sample (gpt/llama; required). Fixed by image and patch size for vit.", None
     )
     strategy: Strategy | list[Strategy] = _axis(
-        "ddp | zero1 | zero2 | zero3 (alias fsdp), or a hand-written twin: scratch-dp | scratch-dp-overlap | "
-        "scratch-dp-bucketed | scratch-zero1 | scratch-zero2 | scratch-zero3.", "ddp"
+        "A registered strategy (`suite strategies` lists them): ddp | zero1 | zero2 | zero3 (alias fsdp), or a "
+        "hand-written twin: scratch-dp | scratch-dp-overlap | scratch-dp-bucketed | scratch-zero1 | "
+        "scratch-zero2 | scratch-zero3. Aliases are replaced by the name they stand for.", "ddp"
     )
     activation_checkpointing: Checkpointing | list[Checkpointing] = _axis(
         "none | selective (attention core recomputed) | full (each block recomputed).", "none"

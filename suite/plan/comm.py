@@ -6,25 +6,20 @@
 - zero2: reduce-scatter of gradients + all-gather of updated parameters = 2 Psi.
 - zero3: all-gather in forward + all-gather in backward per micro-batch, + one reduce-scatter = (2 k + 1) Psi
          with k micro-batches per step (k = 1 gives the textbook 3 Psi).
-A hand-written strategy moves what its family does (plan.memory.STRATEGY_FAMILY): scratch-dp* = ddp's 2 Psi;
-scratch-zero1 = all-reduce + all-gather of the updated shards = 3 Psi (ZeRO-1 as the seed describes it);
-scratch-zero2 = 2 Psi; scratch-zero3 = (2 k + 1) Psi (its root unit, the embeddings, is gathered once per
+Each strategy's numbers are its registry entry's `comm` (suite/strategies/registry.py): scratch-dp* = ddp's
+2 Psi; scratch-zero1 = all-reduce + all-gather of the updated shards = 3 Psi (ZeRO-1 as the seed describes
+it); scratch-zero2 = 2 Psi; scratch-zero3 = (2 k + 1) Psi (its root unit, the embeddings, is gathered once per
 micro-batch instead of twice, so it moves slightly less).
 Element size: 4 bytes in fp32, 2 in mixed precision.  A single rank communicates nothing.
 """
 
 from __future__ import annotations
 
-from suite.plan.memory import STRATEGY_FAMILY
+from suite.strategies import registry
 
 
 def comm_bytes_per_step(num_parameters: int, strategy: str, precision: str, world: int, grad_accum: int) -> float:
     if world <= 1:
         return 0.0
-    elements = {
-        "ddp": 2,
-        "zero1": 3,
-        "zero2": 2,
-        "zero3": 2 * grad_accum + 1,
-    }[STRATEGY_FAMILY[strategy]]
+    elements = registry.get(strategy).comm.elements(grad_accum)
     return float(elements * num_parameters * (4 if precision == "fp32" else 2))

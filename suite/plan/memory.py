@@ -4,7 +4,8 @@ Static memory (arXiv 1910.02054), Psi parameters, N ranks, Adam:
   mixed precision: 2 Psi params (16-bit) + 2 Psi grads (16-bit) + 4 Psi fp32 master weights + 8 Psi moments
   fp32:            4 Psi params + 4 Psi grads + 8 Psi moments (no separate master copy)
 ZeRO-1 shards the optimizer states and master weights over N, ZeRO-2 also the gradients, ZeRO-3 (FSDP) also
-the parameters.  DDP shards nothing.  Real implementations add buffers (FSDP's unsharded layer, DDP's buckets);
+the parameters.  DDP shards nothing.  What a strategy shards is its registry entry's `shards` (its family's;
+a hand-written strategy is in its native twin's family).  Real implementations add buffers (FSDP's unsharded layer, DDP's buckets);
 the measured numbers stand beside these, with the ratio, rather than being folded into them.
 
 Activations (Korthikanti et al. 2022), bytes per layer with 16-bit activations, no parallelism:
@@ -20,23 +21,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from suite.strategies import registry
+
 # bytes per parameter per rank before sharding: (params, grads, master weights, optimizer states)
 _BYTES = {"fp32": (4, 4, 0, 8), "mixed": (2, 2, 4, 8)}
-# which of (params, grads, master, optimizer) each strategy shards over the N ranks
-_SHARDED = {
-    "ddp": (False, False, False, False),
-    "zero1": (False, False, True, True),
-    "zero2": (False, True, True, True),
-    "zero3": (True, True, True, True),
-}
-# A hand-written strategy (suite/strategies/scratch/) shards what its native twin shards.
-STRATEGY_FAMILY = {
-    "ddp": "ddp", "zero1": "zero1", "zero2": "zero2", "zero3": "zero3",
-    "scratch-dp": "ddp", "scratch-dp-overlap": "ddp", "scratch-dp-bucketed": "ddp",
-    "scratch-zero1": "zero1", "scratch-zero2": "zero2", "scratch-zero3": "zero3",
-}
-
-
 class MemoryBreakdown(BaseModel):
     """Per-rank bytes, by what holds them."""
 
@@ -51,7 +39,9 @@ class MemoryBreakdown(BaseModel):
 def static_bytes(num_parameters: int, strategy: str, precision: str, world: int) -> dict[str, float]:
     """Parameters, gradients, master weights and Adam states per rank, in bytes."""
     per_param = _BYTES["fp32" if precision == "fp32" else "mixed"]
-    sharded = _SHARDED[STRATEGY_FAMILY[strategy]]
+    shards = registry.get(strategy).shards
+    # (params, grads, master, optimizer): fp32 master weights are sharded with the optimizer states
+    sharded = (shards.parameters, shards.gradients, shards.optimizer_states, shards.optimizer_states)
     params, grads, master, optim = (
         num_parameters * b / (world if s else 1) for b, s in zip(per_param, sharded)
     )

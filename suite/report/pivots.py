@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from suite.plan.memory import STRATEGY_FAMILY
-from suite.report.tables import AXES, AXIS_HEADERS, CKPT_ORDER, STRATEGY_ORDER, varying_axes
+from suite.strategies import registry
+from suite.report.tables import AXES, AXIS_HEADERS, CKPT_ORDER, strategy_order, varying_axes
 
 Row = dict[str, Any]
 MEASURED = ("ok", "gate-failed")
@@ -167,20 +167,20 @@ def seq_len_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
 
 def scratch_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
     """One line per hand-written strategy and configuration, against its native twin in the same configuration
-    (STRATEGY_FAMILY: scratch-dp* ~ ddp, scratch-zeroK ~ zeroK).  Built only when some twin is present."""
+    (its registry entry's twin: scratch-dp* ~ ddp, scratch-zeroK ~ zeroK).  Built only when some twin is present."""
     if "strategy" not in varying:
         return None
     table, _, collisions = _slots(rows, varying, "strategy")
     body = []
     for label, slot in table.items():
-        for name in (s for s in STRATEGY_ORDER if s in slot and STRATEGY_FAMILY[s] != s):
-            mine, native = slot[name], slot.get(STRATEGY_FAMILY[name])
+        for name in (s for s in strategy_order() if s in slot and registry.native(s) != s):
+            mine, native = slot[name], slot.get(registry.native(name))
             if native is None:
                 continue  # nothing to pair with: the cell table still shows it
             t_n, t_s = native["step_median_ms"], mine["step_median_ms"]
             l_n, l_s = native["final_loss"], mine["final_loss"]
             body.append([
-                f"{name} vs {STRATEGY_FAMILY[name]}" + ("" if label == "all" else f", {label}"),
+                f"{name} vs {registry.native(name)}" + ("" if label == "all" else f", {label}"),
                 f"{_num(t_n, ',.2f')} / {_num(t_s, ',.2f')}",
                 "-" if t_n is None or t_s is None or not t_n else f"x{t_s / t_n:.2f}",
                 f"{_num(native['memory_measured_mib'], ',.1f')} / {_num(mine['memory_measured_mib'], ',.1f')}"

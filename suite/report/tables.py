@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from suite.plan.memory import STRATEGY_FAMILY
+from suite.strategies import registry
 from suite.report import stats
 from suite.report.load import Run
 from suite.results.schema import CellResult
@@ -204,12 +204,13 @@ def cell_rows(runs: list[Run], group_by: Iterable[str] = ()) -> list[dict[str, A
 
 
 CKPT_ORDER = ("none", "selective", "full")
-# Strategies by family (what they shard: ddp, zero1, zero2, zero3), each native strategy followed by its
-# hand-written twins (suite/strategies/scratch/) in STRATEGY_FAMILY's order, so a table pairs them:
-# ddp, scratch-dp, scratch-dp-overlap, scratch-dp-bucketed, zero1, scratch-zero1, zero2, ...
-FAMILIES = ("ddp", "zero1", "zero2", "zero3")
-STRATEGY_ORDER = tuple(sorted(STRATEGY_FAMILY, key=lambda s: (
-    FAMILIES.index(STRATEGY_FAMILY[s]), s != STRATEGY_FAMILY[s], list(STRATEGY_FAMILY).index(s))))
+
+
+def strategy_order() -> list[str]:
+    """Strategies by family (what they shard: dp, zero1, zero2, zero3), each native strategy followed by its
+    hand-written twins, as the registry orders them (suite/strategies/registry.py), so a table pairs them:
+    ddp, scratch-dp, scratch-dp-overlap, scratch-dp-bucketed, zero1, scratch-zero1, zero2, ..."""
+    return registry.order()
 
 
 def _sort_key(axis: str, value: Any) -> tuple[int, Any, str]:
@@ -219,8 +220,8 @@ def _sort_key(axis: str, value: Any) -> tuple[int, Any, str]:
         return (0, value, "")
     if axis == "activation_checkpointing" and value in CKPT_ORDER:
         return (1, CKPT_ORDER.index(value), "")
-    if axis == "strategy" and value in STRATEGY_ORDER:
-        return (1, STRATEGY_ORDER.index(value), "")
+    if axis == "strategy" and value in (order := strategy_order()):
+        return (1, order.index(value), "")
     return (2, 0, str(value))
 
 

@@ -1,0 +1,210 @@
+"""The strategy registry: every fact about a strategy, in one entry that every other part of suite reads.
+
+An entry (`StrategySpec`) says what the strategy is called (and its aliases), which ZeRO *family* it belongs
+to, and from that what it shards; how many bytes it moves per optimizer step; which native strategy it is the
+hand-written twin of; whether its training state can be checkpointed; and where its `apply` lives.  Readers:
+
+    suite/scenario.py, suite/cells.py   the allowed values (and JSON Schema enum); aliases resolved once, there
+    suite/plan/memory.py, plan/comm.py  what is sharded over N ranks, bytes communicated per step
+    suite/strategies/__init__.py        `get_strategy(name)` imports the entry's apply
+    suite/worker/ray_checkpoint.py      `checkpointable`
+    suite/report/tables.py, pivots.py   ordering (family, native first, then its twins) and twin pairs
+
+This module imports neither torch nor any strategy module, so planning, validation and reports stay cheap.
+
+Adding a strategy: write its `apply(model, cell, device) -> Parallel` in a file and `register()` an entry,
+either in BUILTIN below or from a plugin module named in SUITE_PLUGINS (comma-separated module names,
+imported on the first lookup in every process suite starts; torchrun's ranks inherit the variable).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+Family = Literal["dp", "zero1", "zero2", "zero3"]
+FAMILIES: tuple[Family, ...] = ("dp", "zero1", "zero2", "zero3")
+PLUGINS_ENV = "SUITE_PLUGINS"
+
+
+@dataclass(frozen=True)
+class Shards:
+    """What a family splits over the N ranks (each rank keeps 1/N); fp32 master weights go with the
+    optimizer states (ZeRO-1 and up own them per shard)."""
+
+    optimizer_states: bool
+    gradients: bool
+    parameters: bool
+
+
+# ZeRO's stages (arXiv 1910.02054): each shards one more kind of state than the one before.
+SHARDS: dict[Family, Shards] = {
+    "dp": Shards(False, False, False),
+    "zero1": Shards(True, False, False),
+    "zero2": Shards(True, True, False),
+    "zero3": Shards(True, True, True),
+}
+
+
+@dataclass(frozen=True)
+class Comm:
+    """Elements each rank sends per optimizer step, in units of Psi (the parameter count), with k
+    micro-batches per step: `per_step + per_micro_batch * k`.  `pattern` names the collectives."""
+
+    per_step: float
+    per_micro_batch: float = 0.0
+    pattern: str = ""
+
+    def elements(self, grad_accum: int) -> float:
+        return self.per_step + self.per_micro_batch * grad_accum
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One strategy's facts.  `apply` is "module:function", imported on first use."""
+
+    name: str
+    family: Family
+    apply: str
+    comm: Comm
+    summary: str
+    aliases: tuple[str, ...] = ()
+    twin: str | None = None  # the native strategy a hand-written one must match (None: it is native)
+    checkpointable: bool = True  # the state-dict checkpoint API can save and restore its training state
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def shards(self) -> Shards:
+        return SHARDS[self.family]
+
+
+_DP = Comm(2, pattern="all-reduce of gradients (ring: reduce-scatter + all-gather)")
+_ZERO3 = Comm(1, 2, pattern="all-gather of parameters in forward and in backward per micro-batch, "
+                            "one reduce-scatter of gradients")
+# Flat shards in their optimizer: the state-dict API cannot name their optimizer states.
+_FLAT = "its optimizer holds flat shards, not the model's parameters"
+
+BUILTIN: tuple[StrategySpec, ...] = (
+    StrategySpec("ddp", "dp", "suite.strategies.ddp:apply", _DP, "DistributedDataParallel, bucketed all-reduce "
+                 "overlapped with backward"),
+    StrategySpec("zero1", "zero1", "suite.strategies.zero1:apply",
+                 Comm(3, pattern="all-reduce of gradients + each shard's owner broadcasts it"),
+                 "ZeroRedundancyOptimizer under DDP: optimizer states sharded"),
+    StrategySpec("zero2", "zero2", "suite.strategies.fsdp:apply",
+                 Comm(2, pattern="reduce-scatter of gradients + all-gather of parameters"),
+                 "FSDP2 with reshard_after_forward=False: gradients and optimizer states sharded"),
+    StrategySpec("zero3", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
+                 "FSDP2 with reshard_after_forward=True: parameters, gradients and optimizer states sharded",
+                 aliases=("fsdp",)),
+    StrategySpec("scratch-dp", "dp", "suite.strategies.scratch.dp:apply", _DP,
+                 "hand-written: all-reduce every gradient after backward", twin="ddp"),
+    StrategySpec("scratch-dp-overlap", "dp", "suite.strategies.scratch.dp_overlap:apply", _DP,
+                 "hand-written: async all-reduce from each gradient's hook, during backward", twin="ddp"),
+    StrategySpec("scratch-dp-bucketed", "dp", "suite.strategies.scratch.dp_bucketed:apply", _DP,
+                 "hand-written: gradients packed into flat buckets, all-reduced during backward", twin="ddp"),
+    StrategySpec("scratch-zero1", "zero1", "suite.strategies.scratch.zero1:apply",
+                 Comm(3, pattern="all-reduce of gradients + all-gather of the updated shards"),
+                 "hand-written: optimizer states and fp32 master weights in flat shards", twin="zero1",
+                 checkpointable=False, extra={"not_checkpointable": _FLAT}),
+    StrategySpec("scratch-zero2", "zero2", "suite.strategies.scratch.zero2:apply",
+                 Comm(2, pattern="reduce-scatter of gradients during backward + all-gather of updated shards"),
+                 "hand-written: + gradients reduce-scattered, only a shard kept", twin="zero2",
+                 checkpointable=False, extra={"not_checkpointable": _FLAT}),
+    # its root unit (the embeddings) is gathered once per micro-batch instead of twice: slightly under (2k+1)
+    StrategySpec("scratch-zero3", "zero3", "suite.strategies.scratch.zero3:apply", _ZERO3,
+                 "hand-written: + parameters sharded, each block gathered just before its use", twin="zero3",
+                 checkpointable=False, extra={"not_checkpointable": _FLAT}),
+)
+
+_SPECS: dict[str, StrategySpec] = {}
+_ALIASES: dict[str, str] = {}
+_plugins_loaded = False
+
+
+def register(spec: StrategySpec) -> StrategySpec:
+    """Add a strategy (name and aliases must be new; a twin must be a registered native strategy)."""
+    taken = [n for n in (spec.name, *spec.aliases) if n in _SPECS or n in _ALIASES]
+    if taken:
+        raise ValueError(f"strategy name(s) {taken} are registered already")
+    if spec.family not in SHARDS:
+        raise ValueError(f"strategy {spec.name}: family {spec.family!r} is not one of {', '.join(FAMILIES)}")
+    if spec.twin is not None and (spec.twin not in _SPECS or _SPECS[spec.twin].twin is not None):
+        raise ValueError(f"strategy {spec.name}: twin {spec.twin!r} is not a registered native strategy")
+    if ":" not in spec.apply:
+        raise ValueError(f"strategy {spec.name}: apply {spec.apply!r} must be 'module:function'")
+    _SPECS[spec.name] = spec
+    _ALIASES.update({a: spec.name for a in spec.aliases})
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove a strategy (tests that register a throw-away one clean up with this)."""
+    spec = _SPECS.pop(name)
+    for alias in spec.aliases:
+        _ALIASES.pop(alias, None)
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True  # first, so a plugin's own lookups do not recurse
+    for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise RuntimeError(f"{PLUGINS_ENV}: plugin module {module!r} cannot be imported ({exc})") from exc
+
+
+def specs() -> list[StrategySpec]:
+    """Every registered strategy, in registration order."""
+    _load_plugins()
+    return list(_SPECS.values())
+
+
+def names() -> list[str]:
+    return [s.name for s in specs()]
+
+
+def accepted() -> list[str]:
+    """What a scenario may write: names and aliases."""
+    _load_plugins()
+    return [*_SPECS, *_ALIASES]
+
+
+def resolve(name: str) -> str:
+    """The strategy a name or alias stands for; ValueError naming the choices when unknown."""
+    _load_plugins()
+    if name in _SPECS:
+        return name
+    if name in _ALIASES:
+        return _ALIASES[name]
+    aliases = ", ".join(f"{a} = {n}" for a, n in _ALIASES.items())
+    raise ValueError(f"strategy {name!r} is unknown; registered: {', '.join(repr(n) for n in _SPECS)}"
+                     + (f" (aliases: {aliases})" if aliases else ""))
+
+
+def get(name: str) -> StrategySpec:
+    """The entry of a strategy (aliases accepted)."""
+    return _SPECS[resolve(name)]
+
+
+def native(name: str) -> str:
+    """The native strategy a strategy is measured against: its twin, or itself."""
+    spec = get(name)
+    return spec.twin or spec.name
+
+
+def order() -> list[str]:
+    """Report order: by family (dp, zero1, zero2, zero3), each native strategy followed by its hand-written
+    twins in registration order, so a table pairs them."""
+    listed = specs()
+    position = {s.name: i for i, s in enumerate(listed)}
+    return [s.name for s in sorted(listed, key=lambda s: (
+        FAMILIES.index(s.family), position[native(s.name)], s.twin is not None, position[s.name]))]
+
+
+for _spec in BUILTIN:
+    register(_spec)

@@ -1,0 +1,37 @@
+"""`parallelize(model, cell, device)`: the one place a plain model becomes what the training loop runs.
+
+Like torchtitan's `parallelize`, it applies techniques to the plain model in a fixed order:
+
+    1. activation checkpointing  wraps each block in `model.blocks`      (suite/techniques/checkpointing.py)
+    2. torch.compile (optional)  compiles each (wrapped) block            (suite/techniques/compile.py)
+    3. the strategy's apply()    wraps/shards the model, builds the optimizer   (its registry entry says where)
+
+Why this order: checkpointing must see the plain blocks to decide what to save; compiling after it puts the
+recomputation inside the compiled region; sharding last lets FSDP treat each (checkpointed, compiled) block
+as one unit of all-gather / reduce-scatter and keeps its hooks outside compiled graphs.  Mixed precision is
+not a wrapping step: FSDP2 takes a MixedPrecisionPolicy in apply(), the others autocast in the loop
+(`Parallel.autocast`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from suite.cells import Cell
+from suite.strategies import get_strategy
+from suite.strategies.base import Parallel
+from suite.techniques.checkpointing import apply_checkpointing
+
+
+def parallelize(model: nn.Module, cell: Cell, device: torch.device) -> Parallel:
+    """Checkpointing -> compile -> the cell's strategy, on a model already on `device`."""
+    if not hasattr(model, "blocks"):
+        raise TypeError(f"{type(model).__name__} has no .blocks; strategies shard and checkpoint per block")
+    apply = get_strategy(cell.strategy)
+    apply_checkpointing(model, cell.activation_checkpointing)
+    if cell.compile:
+        from suite.techniques.compile import compile_blocks
+
+        compile_blocks(model)
+    return apply(model, cell, device)

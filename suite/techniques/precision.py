@@ -50,12 +50,14 @@ def fsdp_mp_policy(precision: str):
     return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
-def grad_scaler(precision: str, device: torch.device, sharded: bool):
-    """A GradScaler for fp16 (None otherwise); the sharded one when gradients are sharded across ranks."""
-    if precision != "fp16-mixed":
-        return None
+def grad_scaler(precision: str, device: torch.device, sharded: bool) -> torch.amp.GradScaler:
+    """The loop's GradScaler: enabled for fp16 only; the sharded one when gradients are sharded across ranks.
+
+    fp32 and bf16 get a disabled scaler rather than None so the step has one code path: a disabled scaler's
+    scale() returns the loss unchanged, step() is optimizer.step() and update() does nothing."""
+    enabled = precision == "fp16-mixed"
     if sharded:
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-        return ShardedGradScaler(device=device.type)
-    return torch.amp.GradScaler(device.type)
+        return ShardedGradScaler(device=device.type, enabled=enabled)
+    return torch.amp.GradScaler(device.type, enabled=enabled)

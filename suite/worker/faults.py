@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: parsing a spec needs no torch
+    import torch
 
 KINDS = ("raise", "hang", "nan")
 ENV = "SUITE_FAULT"
@@ -36,17 +40,30 @@ def parse(spec: str, cell_id: str) -> dict[int, str]:
 
 
 class Faults:
+    """The loop's fault hook: `before_step(step)` before each step's timer, `on_loss(loss)` on the step's first
+    micro-batch loss.  The loop holds one of these and calls it; nothing about faults is passed through steps."""
+
     def __init__(self, cell_id: str, spec: str | None = None):
         self.at = parse(os.environ.get(ENV, "") if spec is None else spec, cell_id)
+        self._poison_next = False  # armed by before_step for a nan step, consumed by the next on_loss
 
     def before_step(self, step: int) -> None:
-        """Fire a raise / hang fault scheduled for this step (called before the step's timer starts)."""
+        """Fire a raise / hang fault scheduled for this step, arm a nan one (called before the step's timer)."""
         kind = self.at.get(step)
         if kind == "raise":
             raise InjectedFault(f"injected fault: raise at step {step} ({ENV})")
         if kind == "hang":
             while True:  # until the runner kills the process group at the cell's timeout
                 time.sleep(3600)
+        self._poison_next = self.poison(step)
+
+    def on_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss as the step uses it: NaN once after a nan step was armed, as if the model had blown up."""
+        if not self._poison_next:
+            return loss
+        # consumed here, so a step run outside the loop (the peaks pass) is never poisoned by a stale arm
+        self._poison_next = False
+        return loss * float("nan")
 
     def poison(self, step: int) -> bool:
         """Whether this step's loss must become NaN."""

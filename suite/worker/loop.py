@@ -18,13 +18,17 @@ import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypedDict
 
 import torch
 
+from suite.cells import Cell
+from suite.data import Batch, Data
 from suite.strategies.base import Parallel
 from suite.techniques import precision
 from suite.worker.dist import global_mean, synchronize
+from suite.worker.faults import Faults
+from suite.worker.measure import EventLog
 
 
 class Diverged(Exception):
@@ -35,23 +39,44 @@ class Diverged(Exception):
         self.step, self.loss = step, loss
 
 
+class TrainerState(TypedDict):
+    """What a Trainer carries from one run to its continuation (the keys of a checkpoint's Meta)."""
+
+    losses: list[float]
+    step_times_s: list[float]
+
+
 @dataclass
 class Trainer:
-    par: Parallel
-    cell: object
-    device: torch.device
-    scaler: object = None  # torch.amp.GradScaler for fp16, else None
-    losses: list[float] = field(default_factory=list)
-    step_times: list[float] = field(default_factory=list)
+    """The training loop of one rank: owns its GradScaler, the loss curve and the step times.
 
-    def __post_init__(self):
+    `faults` is the loop's fault hook (SUITE_FAULT); the default injects nothing."""
+
+    par: Parallel
+    cell: Cell
+    device: torch.device
+    faults: Faults = field(default_factory=lambda: Faults("", ""))
+    scaler: torch.amp.GradScaler = field(init=False)  # enabled for fp16 only: one code path in step()
+    losses: list[float] = field(init=False, default_factory=list)
+    step_times: list[float] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
         self.scaler = precision.grad_scaler(self.cell.precision, self.device, self.par.sharded_grad_scaler)
 
-    def batches(self, data, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def state_dict(self) -> TrainerState:
+        """The loss curve and step times so far (copies: a checkpoint must not change as training goes on)."""
+        return {"losses": list(self.losses), "step_times_s": list(self.step_times)}
+
+    def load_state_dict(self, state: TrainerState) -> None:
+        """Continue from `state` (a resumed run's curve is whole: earlier steps first)."""
+        self.losses = list(state["losses"])
+        self.step_times = list(state["step_times_s"])
+
+    def batches(self, data: Data, step: int) -> list[Batch]:
         return [(x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True))
                 for x, y in data.micro_batches(step)]
 
-    def step(self, batches, poison: bool = False, between: Callable[[], None] | None = None) -> torch.Tensor:
+    def step(self, batches: list[Batch], between: Callable[[], None] | None = None) -> torch.Tensor:
         """One optimizer step; returns this rank's mean loss (a device tensor: no host sync here)."""
         par, opt, scaler, n = self.par, self.par.optimizer, self.scaler, len(batches)
         opt.zero_grad(set_to_none=True)
@@ -60,32 +85,29 @@ class Trainer:
             with par.no_sync() if i < n - 1 else nullcontext():
                 with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
                     loss = par.model(x, y) / n
-                if poison and i == 0:
-                    loss = loss * float("nan")  # SUITE_FAULT nan: as if the model had blown up
-                (scaler.scale(loss) if scaler is not None else loss).backward()
+                loss = self.faults.on_loss(loss)  # a nan fault poisons the first micro-batch only
+                scaler.scale(loss).backward()
             total += loss.detach()
             if between is not None:
                 between()
         par.before_step()
-        if scaler is not None:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
+        scaler.step(opt)
+        scaler.update()
         par.after_step()
         return total
 
-    def run(self, data, faults, events, on_first_step: Callable[[], None], on_warmup_end: Callable[[], None],
-            start: int = 0, after_step: Callable[[int, float], None] | None = None):
+    def run(self, data: Data, events: EventLog, on_first_step: Callable[[], None],
+            on_warmup_end: Callable[[], None], start: int = 0,
+            after_step: Callable[[int, float], None] | None = None) -> None:
         """The timed loop over optimizer steps start..cell.steps-1 (start > 0: resumed from a checkpoint);
         raises Diverged on a non-finite global loss; `after_step(step, loss)` runs outside the step's timer."""
         world = torch.distributed.get_world_size()
         for step in range(start, self.cell.steps):
             batches = self.batches(data, step)
-            faults.before_step(step)
+            self.faults.before_step(step)
             synchronize(self.device)
             t0 = time.perf_counter()
-            local = self.step(batches, poison=faults.poison(step))
+            local = self.step(batches)
             synchronize(self.device)
             dt = time.perf_counter() - t0
             loss = global_mean(local, world)

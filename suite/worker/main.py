@@ -18,14 +18,16 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
+from suite.cells import Cell
 from suite.data import build_data
 from suite.models.build import build_model
 from suite.results.schema import CudaMemory, PeakMemory, RankRecord, SetupTimes, TensorBytes
 from suite.strategies import get_strategy, parallelize
+from suite.strategies.base import Parallel
 from suite.worker import dist as wdist
 from suite.worker import measure
 from suite.worker.faults import Faults
@@ -34,6 +36,16 @@ from suite.worker.loop import Diverged, Trainer
 EXIT_CODES = {"ok": 0, "failed": 1, "diverged": 3, "oom": 4}
 ERROR_TAIL = 4000  # characters of traceback kept in the record
 PEAK_STEPS = 2
+
+
+class RunHooks(Protocol):
+    """What a launcher may hook into a run (Ray Train's entry: suite/worker/ray_entry.py RayHooks)."""
+
+    def resume(self, par: Parallel, trainer: Trainer) -> int:
+        """Load a checkpoint into `par` and `trainer` and return the step to continue at (0: fresh start)."""
+
+    def after_step(self, step: int, loss: float) -> None:
+        """Called on every rank after each optimizer step, outside its timer (e.g. to checkpoint)."""
 
 
 @dataclass
@@ -58,17 +70,16 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "DefaultCPUAllocator: can't allocate memory" in str(exc)
 
 
-def _tokens_per_step(cell) -> int:
+def _tokens_per_step(cell: Cell) -> int:
     """Tokens per optimizer step over all ranks; for vit the record counts samples (images), as documented."""
     return cell.global_batch_size * (1 if cell.model.family == "vit" else cell.seq_len)
 
 
-def run_worker(cell, out_dir: Path, hooks=None) -> RankRecord:
+def run_worker(cell: Cell, out_dir: Path, hooks: RunHooks | None = None) -> RankRecord:
     """Train `cell` as this rank (identity from torchrun's environment) and write OUT_DIR/rank<R>.json.
 
-    `hooks` (optional; Ray Train's entry passes one, see suite/worker/ray_entry.py) has
-    `resume(par, trainer) -> start_step` (load a checkpoint, restore the loss curve so far; 0 = fresh start)
-    and `after_step(step, loss)` (called on every rank after each optimizer step, e.g. to checkpoint)."""
+    `hooks` (optional; Ray Train's entry passes one, see RunHooks): `resume(par, trainer) -> start_step`
+    (load a checkpoint, restore the trainer's state so far; 0 = fresh start) and `after_step(step, loss)`."""
     out_dir = Path(out_dir)
     torch.set_num_threads(cell.threads_per_rank)
     out = _Outcome(host=measure.host_identity())
@@ -89,7 +100,7 @@ def run_worker(cell, out_dir: Path, hooks=None) -> RankRecord:
     return _finish(cell, out_dir, out)
 
 
-def _train(cell, out_dir: Path, out: _Outcome, hooks=None) -> None:
+def _train(cell: Cell, out_dir: Path, out: _Outcome, hooks: RunHooks | None = None) -> None:
     t0 = time.perf_counter()
     out.rank = rank = wdist.setup(cell.device, cell.gpus)
     t_pg = time.perf_counter()
@@ -107,14 +118,14 @@ def _train(cell, out_dir: Path, out: _Outcome, hooks=None) -> None:
                            data=t_data - t_strategy, total=t_data - t0)
     events.emit("setup_done")
 
-    out.trainer = trainer = Trainer(par, cell, rank.device)
+    out.trainer = trainer = Trainer(par, cell, rank.device, faults=faults)
     measure.reset_cuda_peaks(rank.device)
     try:
         start = hooks.resume(par, trainer) if hooks is not None else 0  # > 0: continuing from a checkpoint
         if start:
             out.extra["resumed_from_step"] = start
         trainer.run(
-            data, faults, events,
+            data, events,
             on_first_step=lambda: setattr(out, "tensor_bytes", par.count_bytes()),
             on_warmup_end=lambda: measure.reset_cuda_peaks(rank.device),
             start=start, after_step=hooks.after_step if hooks is not None else None,
@@ -130,7 +141,7 @@ def _train(cell, out_dir: Path, out: _Outcome, hooks=None) -> None:
         )
 
 
-def _finish(cell, out_dir: Path, out: _Outcome) -> RankRecord:
+def _finish(cell: Cell, out_dir: Path, out: _Outcome) -> RankRecord:
     t0 = time.perf_counter()
     rank = out.rank
     if rank is not None:

@@ -29,9 +29,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from suite.worker import ray_checkpoint as ckpt
+
+if TYPE_CHECKING:  # annotations only: ray is imported inside the functions Ray runs, not when this loads
+    from ray.train import Checkpoint
+
+    from suite.cells import Cell
+    from suite.strategies.base import Parallel
+    from suite.worker.loop import Trainer
 
 START, CHECKPOINT, DONE = "start", "checkpoint", "done"  # values of the `suite_event` metric
 
@@ -63,23 +70,24 @@ def node_facts() -> dict:
 
 
 class RayHooks:
-    """What run_worker calls back: `resume(par, trainer) -> start step` and `after_step(step, loss)`."""
+    """What run_worker calls back (suite.worker.main.RunHooks): `resume(par, trainer) -> start step` and
+    `after_step(step, loss)`."""
 
-    def __init__(self, cell, every: int | None, checkpoint):
+    def __init__(self, cell: Cell, every: int | None, checkpoint: Checkpoint | None):
         self.cell, self.every, self.checkpoint = cell, every, checkpoint
-        self.par = self.trainer = None
+        self.par: Parallel | None = None
+        self.trainer: Trainer | None = None
         self.resumed_from: int | None = None
         self.saved: list[int] = []
         self.save_s = 0.0
 
-    def resume(self, par, trainer) -> int:
+    def resume(self, par: Parallel, trainer: Trainer) -> int:
         self.par, self.trainer = par, trainer
         if self.checkpoint is None:
             return 0
         with self.checkpoint.as_directory() as folder:
             meta = ckpt.restore(Path(folder), par.model, par.optimizer)
-        trainer.losses[:] = meta.losses
-        trainer.step_times[:] = meta.step_times_s
+        trainer.load_state_dict({"losses": meta.losses, "step_times_s": meta.step_times_s})
         self.resumed_from = meta.step
         return meta.step
 
@@ -91,8 +99,8 @@ class RayHooks:
         import torch.distributed as dist
 
         t0 = time.perf_counter()
-        meta = ckpt.Meta(step=done, losses=list(self.trainer.losses), step_times_s=list(self.trainer.step_times),
-                         cell_id=self.cell.id, strategy=self.cell.strategy, world_size=dist.get_world_size())
+        meta = ckpt.Meta(step=done, **self.trainer.state_dict(), cell_id=self.cell.id, strategy=self.cell.strategy,
+                         world_size=dist.get_world_size())
         metrics = {"suite_event": CHECKPOINT, "step": done, "loss": loss, "neg_loss": -loss}
         with tempfile.TemporaryDirectory(prefix="suite-ckpt-") as tmp:
             written = ckpt.save(Path(tmp), self.par.model, self.par.optimizer, meta)

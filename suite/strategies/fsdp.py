@@ -37,12 +37,15 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from suite.results.schema import TensorBytes
+from suite.strategies import registry
 from suite.strategies.base import Parallel, gradient_bytes, make_optimizer, optimizer_state_bytes, parameter_bytes
 from suite.techniques.precision import compute_dtype, fsdp_mp_policy
 
 
 def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
-    reshard = cell.strategy != "zero2"  # zero3 (alias fsdp): reshard after forward
+    # zero3 shards parameters at rest, so it frees each block's unsharded copy after forward (its registry
+    # entry's shards.parameters); zero2 keeps them until backward
+    reshard = registry.get(cell.strategy).shards.parameters
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     mp = fsdp_mp_policy(cell.precision)
     for block in model.blocks:

@@ -37,10 +37,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from suite.strategies import registry
+
 FORMAT = "full_state_dict/v1"
-# The hand-written ZeRO strategies give their optimizer flat shards, not the model's parameters, so the
-# state-dict API cannot name the optimizer's state; their checkpoints are not supported (yet).
-UNSUPPORTED = ("scratch-zero1", "scratch-zero2", "scratch-zero3")
 MODEL_FILE, OPTIM_FILE, META_FILE = "model.pt", "optim.pt", "meta.json"
 
 
@@ -59,9 +58,13 @@ class Meta:
 
 
 def check_supported(strategy: str) -> None:
-    if strategy in UNSUPPORTED:
-        raise ValueError(f"checkpoints of strategy {strategy} are not supported (its optimizer holds flat shards, "
-                         f"not the model's parameters); leave ray.checkpoint_every_steps unset for it")
+    """Refuse strategies whose registry entry says their state cannot be checkpointed (the hand-written ZeRO
+    strategies give their optimizer flat shards: the state-dict API cannot name its state)."""
+    spec = registry.get(strategy)
+    if not spec.checkpointable:
+        why = spec.extra.get("not_checkpointable", "its registry entry says so")
+        raise ValueError(f"checkpoints of strategy {strategy} are not supported ({why}); "
+                         f"leave ray.checkpoint_every_steps unset for it")
 
 
 def _is_zero1(optimizer: torch.optim.Optimizer) -> bool:

@@ -5,16 +5,16 @@ group, strategy wrappers at world size 1) must stay outside the timed region.  `
 cell's model on the cell's data with the cell's optimizer in the simplest loop there is (no process group,
 no wrappers, no records) and times each optimizer step exactly as the worker does (device synchronized on
 both ends).  The ratio suite / bare of the median measured step time is the harness's per-step overhead;
-tests/dist/test_overhead_vs_bare.py measures it side by side in one process.
+test_overhead_vs_bare.py (next to this file) measures it side by side in one process.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
 
+from suite.cells import Cell
 from suite.data import build_data
 from suite.models.build import build_model
 from suite.strategies.base import make_optimizer
@@ -22,7 +22,7 @@ from suite.techniques import precision
 from suite.worker.dist import synchronize
 
 
-def bare_step_times(cell, device: torch.device | None = None) -> tuple[list[float], list[float]]:
+def bare_step_times(cell: Cell, device: torch.device | None = None) -> tuple[list[float], list[float]]:
     """(seconds per optimizer step, loss per step) of a plain single-process loop, warm-up included.
 
     fp32 and bf16 only (no GradScaler): the yardstick is for the step's cost, not for fp16's loss scaling."""
@@ -47,7 +47,3 @@ def bare_step_times(cell, device: torch.device | None = None) -> tuple[list[floa
         times.append(time.perf_counter() - t0)
         losses.append(total.item())
     return times, losses
-
-
-def median_measured(times: list[float], warmup: int) -> float:
-    return statistics.median(times[warmup:])

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from suite.cells import Cell
-from suite.worker.bare import bare_step_times
 from suite.worker.main import run_worker
+from tests.dist.bare import bare_step_times
 
 
 def main(cell_json: str) -> None:

@@ -1,7 +1,7 @@
 """suite's training step costs what a bare PyTorch loop costs (DEVELOPERS.md, "Speed").
 
 The same cell (a small GPT, fp32, one CPU rank, DDP at world size one) is trained by suite's worker and by
-the bare loop of suite/worker/bare.py in one fresh process, alternating three times; the ratio of the median
+the bare loop of tests/dist/bare.py in one fresh process, alternating three times; the ratio of the median
 post-warm-up step times is the per-step harness overhead.  The bound, 1.25, is looser than Ray Train's
 harness check (1.15x vanilla PyTorch, ../shared/reference.md) because this runs on a shared 2-core CPU where
 a single step is ~20 ms and DDP's per-bucket hooks still run at world size one; the measured ratio is printed.

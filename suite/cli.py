@@ -81,6 +81,26 @@ def schema() -> None:
 
 
 @app.command()
+def strategies(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """List the registered strategies: family, what they shard, what they communicate, twin (the registry)."""
+    from dataclasses import asdict
+
+    from suite.console import console, table
+    from suite.strategies import registry
+
+    specs = registry.specs()
+    if as_json:
+        typer.echo(json.dumps([{**asdict(s), "shards": asdict(s.shards)} for s in specs], indent=1))
+        return
+    body = [[s.name, ", ".join(s.aliases) or "-", s.family,
+             ", ".join(k.replace("_", " ") for k, v in asdict(s.shards).items() if v) or "nothing",
+             f"{s.comm.per_step:g}" + (f" + {s.comm.per_micro_batch:g} k" if s.comm.per_micro_batch else "") + " Psi",
+             s.twin or "-", "yes" if s.checkpointable else "no", s.summary] for s in specs]
+    cols = ["strategy", "aliases", "family", "shards", "comm/step", "twin of", "checkpoints", "what"]
+    console.print(table(f"{len(specs)} strategies (suite/strategies/registry.py)", cols, body))
+
+
+@app.command()
 def version() -> None:
     """Print suite's version."""
     typer.echo(__version__)

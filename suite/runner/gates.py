@@ -21,19 +21,16 @@ from typing import Any, Sequence
 from suite.results.schema import Gate
 
 
-def _norm(axis: str, value: Any) -> Any:
-    return "zero3" if axis == "strategy" and value == "fsdp" else value
-
-
 def is_reference(cell, match) -> bool:
-    return cell.axes()[match.axis] == _norm(match.axis, match.value)
+    # match.value is already a strategy's name, not an alias: aliases are resolved when the scenario is validated
+    return cell.axes()[match.axis] == match.value
 
 
 def reference_of(cell, cells: Sequence, match):
     """The cell that differs from `cell` only in the match axis, holding the gate's value (None if absent)."""
     if is_reference(cell, match):
         return None
-    want = {**cell.axes(), match.axis: _norm(match.axis, match.value)}
+    want = {**cell.axes(), match.axis: match.value}
     for other in cells:
         if other.axes() == want:
             return other

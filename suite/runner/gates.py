@@ -16,7 +16,7 @@ reference did not run to the end (failed, timeout, diverged, ...) fails its matc
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
 from suite.results.schema import Gate
 

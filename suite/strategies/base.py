@@ -91,16 +91,46 @@ def local_nbytes(t: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
-def parameter_bytes(params: Iterable[torch.Tensor]) -> int:
-    return sum(local_nbytes(p) for p in params)
-
-
-def gradient_bytes(params: Iterable[torch.Tensor]) -> int:
-    return sum(local_nbytes(p.grad) for p in params if p.grad is not None)
+def local_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
+    """Sum of `local_nbytes` over `tensors` (None skipped: a parameter without a gradient).  Right for torch's
+    wrappers, whose parameters and gradients never share memory; the hand-written strategies alias on purpose
+    and count with scratch.common.storage_bytes instead."""
+    return sum(local_nbytes(t) for t in tensors if t is not None)
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Every tensor in the optimizer's per-parameter state (Adam: exp_avg, exp_avg_sq and the step counter)."""
     return sum(
         local_nbytes(v) for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)
+    )
+
+
+def count_tensor_bytes(
+    params: Iterable[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    *,
+    masters: Iterable[torch.Tensor] = (),
+    count: Callable[[Iterable[torch.Tensor | None]], int] = local_bytes,
+    parameters: int | None = None,
+    master_weights: int | None = None,
+) -> TensorBytes:
+    """This rank's TensorBytes, the one way every strategy's `count_bytes` measures itself.
+
+    params:   what forward and backward compute with (the model's parameters, or a wrapper's shards).
+    masters:  a separate copy the optimizer updates instead (the hand-written ZeRO's fp32 flat shards).  Their
+              gradients count as gradients; their bytes beyond the params' count as master weights, which is
+              0 when a master is only a view of the params' memory (fp32) and its size when it is a copy.
+    count:    how a list of tensors is measured: `local_bytes` (local shards, tensor by tensor) or
+              `storage_bytes` (each storage once, for strategies whose tensors are views of shared buffers).
+    parameters, master_weights: bytes to report instead, where they are not a count of `params` and
+              `masters` (FSDP2 zero2: the unsharded compute-dtype parameters, its shards a second copy).
+    optimizer_states: always the optimizer's own state (ZeroRedundancyOptimizer: pass its local `.optim`)."""
+    params, masters = list(params), list(masters)
+    counted = count(params)
+    return TensorBytes(
+        parameters=counted if parameters is None else parameters,
+        # one list, so that a master gradient that is a view of a parameter's gradient counts once
+        gradients=count([t.grad for t in params + masters]),
+        optimizer_states=optimizer_state_bytes(optimizer),
+        master_weights=count(params + masters) - counted if master_weights is None else master_weights,
     )

@@ -16,8 +16,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from suite.results.schema import TensorBytes
-from suite.strategies.base import Parallel, gradient_bytes, make_optimizer, optimizer_state_bytes, parameter_bytes
+from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
 
 
 def wrap_ddp(model: nn.Module, cell, device: torch.device) -> DDP:
@@ -32,14 +31,6 @@ def wrap_ddp(model: nn.Module, cell, device: torch.device) -> DDP:
 def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
     ddp = wrap_ddp(model, cell, device)
     optimizer = make_optimizer(ddp.parameters(), cell, device)
-
-    def count_bytes() -> TensorBytes:
-        params = list(ddp.parameters())
-        return TensorBytes(
-            parameters=parameter_bytes(params),
-            gradients=gradient_bytes(params),
-            optimizer_states=optimizer_state_bytes(optimizer),
-        )
-
-    return Parallel(model=ddp, optimizer=optimizer, count_bytes=count_bytes, no_sync=ddp.no_sync,
+    return Parallel(model=ddp, optimizer=optimizer, no_sync=ddp.no_sync,
+                    count_bytes=lambda: count_tensor_bytes(ddp.parameters(), optimizer),
                     extra={"bucket_cap_mb": cell.bucket_cap_mb})

@@ -36,9 +36,8 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from suite.results.schema import TensorBytes
 from suite.strategies import registry
-from suite.strategies.base import Parallel, gradient_bytes, make_optimizer, optimizer_state_bytes, parameter_bytes
+from suite.strategies.base import Parallel, count_tensor_bytes, local_bytes, make_optimizer
 from suite.techniques.precision import compute_dtype, fsdp_mp_policy
 
 
@@ -62,23 +61,17 @@ def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
         finally:
             model.set_requires_gradient_sync(True)
 
-    def count_bytes() -> TensorBytes:
-        params = list(model.parameters())
-        shards = parameter_bytes(params)
-        if reshard:
-            parameters, master = shards, 0
-        else:
-            dtype = compute_dtype(cell.precision)
-            unsharded = sum(p.numel() * (dtype or p.dtype).itemsize for p in params)  # DTensor numel: global
-            parameters, master = unsharded, shards
-        return TensorBytes(
-            parameters=parameters,
-            gradients=gradient_bytes(params),
-            optimizer_states=optimizer_state_bytes(optimizer),
-            master_weights=master,
-        )
+    # The sharded DTensor parameters: FSDP2 swaps in unsharded ones around forward and backward and puts these
+    # same objects back, so the list taken now is the one the optimizer steps and count_bytes reads.
+    params = list(model.parameters())
+    overrides = {}
+    if not reshard:  # zero2 (module docstring): unsharded in the compute dtype, the fp32 shards a second copy
+        dtype = compute_dtype(cell.precision)
+        overrides = {"parameters": sum(p.numel() * (dtype or p.dtype).itemsize for p in params),  # numel: global
+                     "master_weights": local_bytes(params)}
 
     return Parallel(
-        model=model, optimizer=optimizer, count_bytes=count_bytes, no_sync=no_sync, autocast=False,
+        model=model, optimizer=optimizer, no_sync=no_sync, autocast=False,
+        count_bytes=lambda: count_tensor_bytes(params, optimizer, **overrides),
         tracker="fsdp", sharded_grad_scaler=True, extra={"reshard_after_forward": reshard},
     )

@@ -16,8 +16,7 @@ import torch
 from torch import nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from suite.results.schema import TensorBytes
-from suite.strategies.base import Parallel, gradient_bytes, make_optimizer_kwargs, optimizer_state_bytes, parameter_bytes
+from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer_kwargs
 from suite.strategies.ddp import wrap_ddp
 
 
@@ -25,14 +24,7 @@ def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
     ddp = wrap_ddp(model, cell, device)
     cls, kwargs = make_optimizer_kwargs(cell, device)
     optimizer = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=cls, **kwargs)
-
-    def count_bytes() -> TensorBytes:
-        params = list(ddp.parameters())
-        return TensorBytes(
-            parameters=parameter_bytes(params),
-            gradients=gradient_bytes(params),
-            optimizer_states=optimizer_state_bytes(optimizer.optim),  # .optim: this rank's local optimizer
-        )
-
-    return Parallel(model=ddp, optimizer=optimizer, count_bytes=count_bytes, no_sync=ddp.no_sync,
+    return Parallel(model=ddp, optimizer=optimizer, no_sync=ddp.no_sync,
+                    # .optim: this rank's local optimizer, which holds only its partition's states
+                    count_bytes=lambda: count_tensor_bytes(ddp.parameters(), optimizer.optim),
                     extra={"bucket_cap_mb": cell.bucket_cap_mb})

@@ -13,9 +13,15 @@ A shard may cut a parameter in two; that is fine, the optimizer only ever sees f
 every element independently.  Making each parameter's `.data` a view into the buffer lets the model keep
 computing with ordinary parameters while a collective on the buffer updates all of them at once.
 
+Overlap.  A bucket's collective can start the moment its last gradient is final, while backward is still
+computing the gradients of earlier layers.  `Bucket` and `BucketReducer` are that mechanism, written once for
+scratch-dp-overlap, scratch-dp-bucketed, scratch-zero2 and scratch-zero3; each strategy only says which
+collective a bucket sends and what to do with its result.
+
 Byte counting.  The hand-written strategies alias memory on purpose (a gradient that is a view of a bucket,
 an fp32 shard that is a view of the flat parameters), so counting `numel x element_size` per tensor would
-count the same bytes twice.  `storage_bytes` counts each underlying storage once.
+count the same bytes twice.  `storage_bytes` counts each underlying storage once; the strategies hand it to
+base.count_tensor_bytes.
 """
 
 from __future__ import annotations
@@ -62,6 +68,90 @@ class SyncSwitch:
             yield
         finally:
             self.sync = True
+
+
+class Bucket:
+    """Parameters whose gradients travel in ONE collective, launched as soon as the last of them is final.
+
+    Backward delivers gradients one parameter at a time (each parameter's post-accumulate-grad hook); the
+    bucket remembers which have arrived (`ready`).  When all have, the reducer launches the bucket's collective
+    asynchronously and the bucket keeps the handle (`work`) together with the tensors the transfer reads and
+    writes (`tensors`): they must stay alive until it is done, and the result is read from them after `wait`.
+
+    It is one parameter in scratch-dp-overlap, a flat gradient buffer in scratch-dp-bucketed, a ZeRO shard
+    bucket in scratch-zero2 and one block in scratch-zero3: subclasses add what they hold."""
+
+    def __init__(self, params: list[nn.Parameter]):
+        self.params = params
+        self.ready: set[int] = set()  # ids: a set, so a hook that fired twice cannot complete a bucket early
+        self.work: dist.Work | None = None  # None: not launched yet in this optimizer step
+        self.tensors: tuple[torch.Tensor, ...] = ()
+
+    def mark_ready(self, p: nn.Parameter) -> bool:
+        """Note that `p`'s gradient is final; True if it was the last one (the ready set then starts over)."""
+        self.ready.add(id(p))
+        if len(self.ready) < len(self.params):
+            return False
+        self.ready.clear()
+        return True
+
+    def started(self, work: dist.Work, *tensors: torch.Tensor) -> None:
+        self.work, self.tensors = work, tensors
+        self.ready.clear()  # a bucket flushed before it filled starts the next backward empty too
+
+    def wait(self) -> tuple[torch.Tensor, ...]:
+        """Block until the transfer is done; -> its tensors, which the bucket then lets go of."""
+        self.work.wait()
+        tensors, self.work, self.tensors = self.tensors, None, ()
+        return tensors
+
+
+class BucketReducer(SyncSwitch):
+    """Gradient hooks that launch each bucket's collective during backward, and the wait before the step.
+
+    A subclass defines `launch(bucket) -> (work, *tensors)`, the async collective on the bucket's gradients,
+    and `done(bucket, *tensors)`, what to do with the arrived result (average it, hand it to the optimizer).
+
+    `finish` (the strategy's `before_step`) first *flushes* every bucket that never filled (a parameter that
+    got no gradient on this rank: its hook never fired): `flush` launches it as it is, and a subclass that
+    must prepare a missing gradient first (zeros) overrides it.  Collectives are matched across ranks by the
+    order they are issued; the hooks fire in the same order on every rank (same graph), and flushing walks
+    the buckets in list order, so every rank issues the same collectives in the same order.  Then it waits
+    for every bucket: the transfer may be long done, or still in flight."""
+
+    def __init__(self, buckets: list[Bucket]):
+        self.world = dist.get_world_size()
+        self.buckets = buckets
+        self.bucket_of = {id(p): b for b in buckets for p in b.params}
+        for b in buckets:
+            for p in b.params:
+                p.register_post_accumulate_grad_hook(self.on_grad_ready)
+
+    def launch(self, bucket: Bucket) -> tuple:
+        raise NotImplementedError
+
+    def done(self, bucket: Bucket, *tensors: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def on_grad_ready(self, p: nn.Parameter) -> None:
+        # inside no_sync() nothing is counted: gradients add up in .grad and the last micro-batch sends them
+        if self.sync and self.bucket_of[id(p)].mark_ready(p):
+            self.start(self.bucket_of[id(p)])
+
+    def start(self, bucket: Bucket) -> None:
+        bucket.started(*self.launch(bucket))
+
+    def flush(self, bucket: Bucket) -> None:
+        self.start(bucket)
+
+    @torch.no_grad()
+    def finish(self) -> None:
+        for bucket in self.buckets:
+            if bucket.work is None:
+                self.flush(bucket)
+        for bucket in self.buckets:
+            self.done(bucket, *bucket.wait())
 
 
 def buckets_by_size(params: list[nn.Parameter], cap_mb: float) -> list[list[nn.Parameter]]:
@@ -112,6 +202,23 @@ class FlatLayout:
             if t is not None:
                 view.copy_(t)
         return flat
+
+
+def reduce_scatter_buffers(layout: FlatLayout, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input and output of a bucket's gradient reduce-scatter: its parameters' gradients packed into a new
+    flat buffer (dtype and device of `like`; zeros for a missing gradient), and an empty chunk for this rank's
+    share of the sum.  The parameters' `.grad` are dropped: the full gradients now live only in the buffer,
+    and once the transfer is done only the chunk remains (ZeRO-2's 1/N of the gradient memory)."""
+    grads = layout.pack([p.grad for p in layout.params], like.dtype, like.device)
+    for p in layout.params:
+        p.grad = None
+    return grads, torch.empty(layout.shard_numel, dtype=grads.dtype, device=grads.device)
+
+
+def set_master_grad(master: nn.Parameter, grad_shard: torch.Tensor) -> None:
+    """Hand the optimizer this rank's averaged gradient chunk, in fp32 like the master it updates (no copy when
+    it already is)."""
+    master.grad = grad_shard if grad_shard.dtype == torch.float32 else grad_shard.float()
 
 
 def storage_bytes(tensors) -> int:

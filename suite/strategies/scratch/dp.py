@@ -31,8 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from suite.results.schema import TensorBytes
-from suite.strategies.base import Parallel, make_optimizer, optimizer_state_bytes
+from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
 from suite.strategies.scratch.common import broadcast_from_rank0, storage_bytes, trainable
 
 
@@ -52,12 +51,6 @@ def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
             dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)  # blocking: the rank waits for the slowest one
             p.grad.div_(world)  # SUM then divide: gloo has no AVG; dividing by a power of two is exact
 
-    def count_bytes() -> TensorBytes:
-        return TensorBytes(
-            parameters=storage_bytes(params),
-            gradients=storage_bytes(p.grad for p in params),
-            optimizer_states=optimizer_state_bytes(optimizer),
-        )
-
-    return Parallel(model=model, optimizer=optimizer, count_bytes=count_bytes, before_step=before_step,
+    return Parallel(model=model, optimizer=optimizer, before_step=before_step,
+                    count_bytes=lambda: count_tensor_bytes(params, optimizer, count=storage_bytes),
                     extra={"communication": "one blocking all-reduce per parameter after backward"})

@@ -27,11 +27,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from suite.results.schema import TensorBytes
-from suite.strategies.base import Parallel, make_optimizer, optimizer_state_bytes
+from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
 from suite.strategies.scratch.common import (
+    Bucket,
+    BucketReducer,
     FlatLayout,
-    SyncSwitch,
     broadcast_from_rank0,
     buckets_by_size,
     storage_bytes,
@@ -39,57 +39,41 @@ from suite.strategies.scratch.common import (
 )
 
 
-class Bucket:
-    """Some parameters' gradients in one flat buffer, and how many of them this backward has delivered."""
+class GradBucket(Bucket):
+    """A bucket that owns one flat buffer for its parameters' gradients, one slot (a view) per parameter."""
 
     def __init__(self, params: list[nn.Parameter]):
-        self.layout = FlatLayout(params, world=1, rank=0)  # not sharded: no padding needed
-        self.buffer = torch.zeros(self.layout.numel, dtype=params[0].dtype, device=params[0].device)
-        self.slots = dict(zip(map(id, params), self.layout.views(self.buffer)))
-        self.ready: set[int] = set()
-        self.work: dist.Work | None = None
+        super().__init__(params)
+        layout = FlatLayout(params, world=1, rank=0)  # not sharded: no padding needed
+        self.buffer = torch.zeros(layout.numel, dtype=params[0].dtype, device=params[0].device)
+        self.slots = dict(zip(map(id, params), layout.views(self.buffer)))
 
 
-class BucketedAllReduce(SyncSwitch):
+class BucketedAllReduce(BucketReducer):
     def __init__(self, params: list[nn.Parameter], cap_mb: float):
-        self.world = dist.get_world_size()
-        self.buckets = [Bucket(group) for group in buckets_by_size(params, cap_mb)]
-        self.bucket_of = {id(p): b for b in self.buckets for p in b.layout.params}
-        for p in params:
-            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+        super().__init__([GradBucket(group) for group in buckets_by_size(params, cap_mb)])
 
     @torch.no_grad()
-    def _on_grad_ready(self, p: nn.Parameter) -> None:
-        if not self.sync:
-            return
-        bucket = self.bucket_of[id(p)]
-        slot = bucket.slots[id(p)]
-        slot.copy_(p.grad)
-        p.grad = slot  # the gradient now lives in the bucket (freeing autograd's tensor): held once, not twice
-        bucket.ready.add(id(p))
-        if len(bucket.ready) == len(bucket.slots):
-            self._launch(bucket)
+    def on_grad_ready(self, p: nn.Parameter) -> None:
+        if self.sync:
+            slot = self.bucket_of[id(p)].slots[id(p)]
+            slot.copy_(p.grad)
+            p.grad = slot  # the gradient now lives in the bucket (freeing autograd's tensor): held once, not twice
+        super().on_grad_ready(p)  # ... and the bucket is sent once this was its last
 
-    def _launch(self, bucket: Bucket) -> None:
-        bucket.work = dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, async_op=True)
-        bucket.ready.clear()
+    def launch(self, bucket: GradBucket) -> tuple:
+        return dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, async_op=True), bucket.buffer
 
-    @torch.no_grad()
-    def finish(self) -> None:
-        """Wait for every bucket and average it.  A bucket with a parameter that got no gradient on this rank
-        never filled: send it now (that slot holds zeros) so every rank issues the same collectives; buckets
-        are launched in the same order as during backward."""
-        for bucket in self.buckets:
-            if bucket.work is None:
-                for p in bucket.layout.params:
-                    if id(p) not in bucket.ready:
-                        bucket.slots[id(p)].zero_()
-                        p.grad = bucket.slots[id(p)]
-                self._launch(bucket)
-        for bucket in self.buckets:
-            bucket.work.wait()
-            bucket.work = None
-            bucket.buffer.div_(self.world)
+    def flush(self, bucket: GradBucket) -> None:
+        """A bucket with a parameter that got no gradient on this rank never filled: that slot is sent as zeros."""
+        for p in bucket.params:
+            if id(p) not in bucket.ready:
+                bucket.slots[id(p)].zero_()
+                p.grad = bucket.slots[id(p)]
+        self.start(bucket)
+
+    def done(self, bucket: GradBucket, buffer: torch.Tensor) -> None:
+        buffer.div_(self.world)  # in place: every parameter's .grad is a view of it
 
 
 def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
@@ -97,15 +81,8 @@ def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
     broadcast_from_rank0(p.data for p in params)
     reducer = BucketedAllReduce(params, cell.bucket_cap_mb)
     optimizer = make_optimizer(params, cell, device)
-
-    def count_bytes() -> TensorBytes:
-        return TensorBytes(
-            parameters=storage_bytes(params),
-            gradients=storage_bytes(p.grad for p in params),  # views of the buckets: counted once
-            optimizer_states=optimizer_state_bytes(optimizer),
-        )
-
-    return Parallel(model=model, optimizer=optimizer, count_bytes=count_bytes, no_sync=reducer.no_sync,
-                    before_step=reducer.finish,
+    return Parallel(model=model, optimizer=optimizer, no_sync=reducer.no_sync, before_step=reducer.finish,
+                    # the gradients are views of the buckets: storage_bytes counts each bucket once
+                    count_bytes=lambda: count_tensor_bytes(params, optimizer, count=storage_bytes),
                     extra={"bucket_cap_mb": cell.bucket_cap_mb, "buckets": len(reducer.buckets),
                            "communication": "one async all-reduce per bucket, launched when the bucket is full"})

@@ -33,42 +33,31 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from suite.results.schema import TensorBytes
-from suite.strategies.base import Parallel, make_optimizer, optimizer_state_bytes
-from suite.strategies.scratch.common import SyncSwitch, broadcast_from_rank0, storage_bytes, trainable
+from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
+from suite.strategies.scratch.common import Bucket, BucketReducer, broadcast_from_rank0, storage_bytes, trainable
 
 
-class OverlappedAllReduce(SyncSwitch):
-    """Per-parameter hooks that launch async all-reduces during backward, and the wait before the step."""
+class OverlappedAllReduce(BucketReducer):
+    """Every parameter a bucket of its own: its hook launches an async all-reduce of its gradient, in place
+    (autograd will not touch p.grad again in this backward, and the optimizer waits for the handle before
+    reading it); `finish` waits for every handle and averages."""
 
     def __init__(self, params: list[nn.Parameter]):
-        self.params = params
-        self.world = dist.get_world_size()
-        self.pending: list[tuple[dist.Work, nn.Parameter]] = []
-        for p in params:
-            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+        super().__init__([Bucket([p]) for p in params])
 
-    def _on_grad_ready(self, p: nn.Parameter) -> None:
-        if not self.sync:
-            return
-        # In place on p.grad, in the background: the handle is all we keep.  Autograd will not touch p.grad
-        # again in this backward, and the optimizer waits for the handle before reading it.
-        self.pending.append((dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True), p))
+    def launch(self, bucket: Bucket) -> tuple:
+        (p,) = bucket.params
+        return dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True), p.grad
 
-    @torch.no_grad()
-    def finish(self) -> None:
-        """Wait for every launched all-reduce, then average.  A parameter whose hook never fired (no gradient
-        on this rank) is all-reduced here with zeros, so every rank still issues the same collectives."""
-        launched = {id(p) for _, p in self.pending}
-        for p in self.params:
-            if id(p) not in launched:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                self.pending.append((dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, async_op=True), p))
-        for work, p in self.pending:
-            work.wait()
-            p.grad.div_(self.world)
-        self.pending.clear()
+    def flush(self, bucket: Bucket) -> None:
+        """A parameter whose hook never fired (no gradient on this rank) is all-reduced with zeros."""
+        (p,) = bucket.params
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        self.start(bucket)
+
+    def done(self, bucket: Bucket, grad: torch.Tensor) -> None:
+        grad.div_(self.world)
 
 
 def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
@@ -76,14 +65,6 @@ def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
     broadcast_from_rank0(p.data for p in params)
     reducer = OverlappedAllReduce(params)
     optimizer = make_optimizer(params, cell, device)
-
-    def count_bytes() -> TensorBytes:
-        return TensorBytes(
-            parameters=storage_bytes(params),
-            gradients=storage_bytes(p.grad for p in params),
-            optimizer_states=optimizer_state_bytes(optimizer),
-        )
-
-    return Parallel(model=model, optimizer=optimizer, count_bytes=count_bytes, no_sync=reducer.no_sync,
-                    before_step=reducer.finish,
+    return Parallel(model=model, optimizer=optimizer, no_sync=reducer.no_sync, before_step=reducer.finish,
+                    count_bytes=lambda: count_tensor_bytes(params, optimizer, count=storage_bytes),
                     extra={"communication": "one async all-reduce per parameter, launched from its gradient hook"})

@@ -40,24 +40,28 @@ import torch.distributed as dist
 from torch import nn
 
 from suite.results.schema import TensorBytes
-from suite.strategies.base import Parallel, make_optimizer, optimizer_state_bytes
+from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
 from suite.strategies.scratch.common import (
+    Bucket,
     FlatLayout,
     all_gather_flat,
     broadcast_from_rank0,
     buckets_by_size,
     drop_model_grads_on_zero_grad,
+    set_master_grad,
     storage_bytes,
     trainable,
 )
 from suite.techniques.precision import compute_dtype
 
 
-class ShardedBucket:
+class ShardedBucket(Bucket):
     """A bucket of parameters in one flat buffer (what the model computes with) and this rank's master shard
-    (what the optimizer updates): the part ZeRO-1 and ZeRO-2 share."""
+    (what the optimizer updates): the part ZeRO-1 and ZeRO-2 share.  ZeRO-2 also uses it as a `Bucket`, to
+    reduce-scatter its gradients during backward; ZeRO-1 communicates outside backward and does not."""
 
     def __init__(self, params: list[nn.Parameter], dtype: torch.dtype, device: torch.device):
+        super().__init__(params)
         world, rank = dist.get_world_size(), dist.get_rank()
         self.layout = FlatLayout(params, world, rank)
         with torch.no_grad():
@@ -68,15 +72,6 @@ class ShardedBucket:
             # fp32: the master is the chunk itself (a view: the step updates the buffer in place).
             # mixed: a separate fp32 copy of the chunk, the only place the full-precision weights live.
             self.master = nn.Parameter(shard if dtype == torch.float32 else shard.float())
-
-    @property
-    def params(self) -> list[nn.Parameter]:
-        return self.layout.params
-
-    @torch.no_grad()
-    def set_master_grad(self, grad_shard: torch.Tensor) -> None:
-        """Hand the optimizer this rank's averaged gradient chunk (fp32, as its master)."""
-        self.master.grad = grad_shard if grad_shard.dtype == torch.float32 else grad_shard.float()
 
     @torch.no_grad()
     def gather_updated(self) -> None:
@@ -95,16 +90,11 @@ def make_buckets(model: nn.Module, cell, device: torch.device) -> list[ShardedBu
 
 
 def count_sharded_bytes(buckets: list[ShardedBucket], optimizer) -> TensorBytes:
-    params = [p for b in buckets for p in b.params]
-    masters = [b.master for b in buckets]
-    flats = storage_bytes(b.flat for b in buckets)
-    return TensorBytes(
-        parameters=flats,
-        # model gradients (views of the all-reduced buffers) plus master gradients that are separate copies
-        gradients=storage_bytes([p.grad for p in params] + [m.grad for m in masters]),
-        optimizer_states=optimizer_state_bytes(optimizer),
-        master_weights=storage_bytes(masters + [b.flat for b in buckets]) - flats,  # 0 when they alias
-    )
+    """Parameters: the flat buffers (the model's parameters are views of them).  Gradients: the model's (views
+    of the all-reduced buffers) and the masters' where they are separate fp32 copies.  Master weights: 0 in
+    fp32, where each master is a view of its buffer; the fp32 shards in mixed precision."""
+    return count_tensor_bytes([p for b in buckets for p in b.params], optimizer, masters=[b.master for b in buckets],
+                              count=storage_bytes)
 
 
 def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
@@ -121,7 +111,7 @@ def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
             grads.div_(world)
             for p, view in zip(b.params, b.layout.views(grads)):
                 p.grad = view  # the full averaged gradient stays (ZeRO-1 does not shard gradients)
-            b.set_master_grad(b.layout.shard(grads))  # ... but the optimizer reads only this rank's chunk
+            set_master_grad(b.master, b.layout.shard(grads))  # ... but the optimizer reads only this rank's chunk
 
     def after_step() -> None:
         for b in buckets:

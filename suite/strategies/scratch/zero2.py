@@ -33,53 +33,27 @@ import torch.distributed as dist
 from torch import nn
 
 from suite.strategies.base import Parallel, make_optimizer
-from suite.strategies.scratch.common import SyncSwitch, drop_model_grads_on_zero_grad, reduce_scatter_flat
+from suite.strategies.scratch.common import (
+    BucketReducer,
+    drop_model_grads_on_zero_grad,
+    reduce_scatter_buffers,
+    reduce_scatter_flat,
+    set_master_grad,
+)
 from suite.strategies.scratch.zero1 import ShardedBucket, count_sharded_bytes, make_buckets
 
 
-class ReduceScatterGrads(SyncSwitch):
-    """Per-parameter hooks that reduce-scatter each bucket's gradients as soon as the bucket is complete."""
+class ReduceScatterGrads(BucketReducer):
+    """Reduce-scatters each bucket's gradients as soon as the bucket is complete; a bucket that never filled is
+    sent by `finish` with zeros for the missing gradients (`pack` fills them in)."""
 
-    def __init__(self, buckets: list[ShardedBucket]):
-        self.world = dist.get_world_size()
-        self.buckets = buckets
-        self.bucket_of = {id(p): b for b in buckets for p in b.params}
-        self.ready = {id(b): set() for b in buckets}
-        self.pending: dict[int, tuple[dist.Work, torch.Tensor, torch.Tensor]] = {}  # bucket -> (work, out, in)
-        for b in buckets:
-            for p in b.params:
-                p.register_post_accumulate_grad_hook(self._on_grad_ready)
+    def launch(self, bucket: ShardedBucket) -> tuple:
+        grads, out = reduce_scatter_buffers(bucket.layout, bucket.flat)
+        # `grads` travels with the handle: it must stay alive until the transfer is done, and goes with it
+        return reduce_scatter_flat(out, grads, op=dist.ReduceOp.SUM, async_op=True), out, grads
 
-    @torch.no_grad()
-    def _on_grad_ready(self, p: nn.Parameter) -> None:
-        if not self.sync:
-            return
-        bucket = self.bucket_of[id(p)]
-        ready = self.ready[id(bucket)]
-        ready.add(id(p))
-        if len(ready) == len(bucket.params):
-            self._launch(bucket)
-
-    def _launch(self, bucket: ShardedBucket) -> None:
-        grads = bucket.layout.pack([p.grad for p in bucket.params], bucket.flat.dtype, bucket.flat.device)
-        for p in bucket.params:
-            p.grad = None  # the full gradients are in `grads` now; after the reduce-scatter only a chunk remains
-        out = torch.empty(bucket.layout.shard_numel, dtype=grads.dtype, device=grads.device)
-        # `grads` must stay alive until the transfer is done: keep it with the handle.
-        self.pending[id(bucket)] = (reduce_scatter_flat(out, grads, op=dist.ReduceOp.SUM, async_op=True), out, grads)
-        self.ready[id(bucket)].clear()
-
-    @torch.no_grad()
-    def finish(self) -> None:
-        """Wait for every bucket's reduce-scatter; hand each master its averaged gradient chunk.  A bucket that
-        never filled (a parameter without a gradient on this rank) is sent now, in bucket order, with zeros."""
-        for b in self.buckets:
-            if id(b) not in self.pending:
-                self._launch(b)
-        for b in self.buckets:
-            work, out, _ = self.pending.pop(id(b))
-            work.wait()  # and drop the full-size input buffer with the handle
-            b.set_master_grad(out.div_(self.world))
+    def done(self, bucket: ShardedBucket, out: torch.Tensor, grads: torch.Tensor) -> None:
+        set_master_grad(bucket.master, out.div_(self.world))
 
 
 def apply(model: nn.Module, cell, device: torch.device) -> Parallel:

@@ -49,24 +49,29 @@ import torch.distributed as dist
 from torch import nn
 
 from suite.results.schema import TensorBytes
-from suite.strategies.base import Parallel, make_optimizer, optimizer_state_bytes
+from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
 from suite.strategies.scratch.common import (
+    Bucket,
+    BucketReducer,
     FlatLayout,
-    SyncSwitch,
     all_gather_flat,
     broadcast_from_rank0,
     drop_model_grads_on_zero_grad,
+    reduce_scatter_buffers,
     reduce_scatter_flat,
+    set_master_grad,
     storage_bytes,
     trainable,
 )
 from suite.techniques.precision import compute_dtype
 
 
-class Unit:
-    """The parameters of one block (or the root): an fp32 shard at rest, a full buffer only while in use."""
+class Unit(Bucket):
+    """The parameters of one block (or the root): an fp32 shard at rest, a full buffer only while in use.  As a
+    `Bucket`, its gradients are reduce-scattered in one call when its backward is over."""
 
     def __init__(self, params: list[nn.Parameter], dtype: torch.dtype, device: torch.device):
+        super().__init__(params)
         self.layout = FlatLayout(params, dist.get_world_size(), dist.get_rank())
         with torch.no_grad():
             self.full = self.layout.pack([p.data for p in params], dtype, device)
@@ -74,34 +79,31 @@ class Unit:
             for p, view in zip(params, self.layout.views(self.full)):
                 p.data = view
         self.nbytes = self.full.untyped_storage().nbytes()
-        self.gathered, self.work, self.source = True, None, None
+        # the all-gather in flight (Bucket.work is the gradients' reduce-scatter), and the chunk it reads
+        self.gathering, self.source = None, None
+        self.gathered = True
         self.free()
-
-    @property
-    def params(self) -> list[nn.Parameter]:
-        return self.layout.params
 
     def gather(self, wait: bool = True) -> None:
         """Make the full parameters available; wait=False starts the all-gather and returns (prefetch)."""
-        if not self.gathered and self.work is None:
+        if not self.gathered and self.gathering is None:
             self.full.untyped_storage().resize_(self.nbytes)
             self.source = self.master.detach().to(self.full.dtype)  # 16-bit copy in mixed precision
-            self.work = all_gather_flat(self.full, self.source, async_op=True)
-        if wait and self.work is not None:
-            self.work.wait()
-            self.work, self.source, self.gathered = None, None, True
+            self.gathering = all_gather_flat(self.full, self.source, async_op=True)
+        if wait and self.gathering is not None:
+            self.gathering.wait()
+            self.gathering, self.source, self.gathered = None, None, True
 
     def free(self) -> None:
-        if self.work is not None:
+        if self.gathering is not None:
             self.gather()  # a prefetch still in flight must land before its memory goes
         if self.gathered:
             self.full.untyped_storage().resize_(0)
             self.gathered = False
 
 
-class Zero3(SyncSwitch):
+class Zero3(BucketReducer):
     def __init__(self, model: nn.Module, cell, device: torch.device):
-        self.world = dist.get_world_size()
         dtype = compute_dtype(cell.precision) or torch.float32
         params = trainable(model)
         broadcast_from_rank0(p.data for p in params)
@@ -111,16 +113,12 @@ class Zero3(SyncSwitch):
         self.blocks = [Unit(group, dtype, device) for group in in_blocks]
         self.root = Unit(root, dtype, device) if root else None
         self.units = self.blocks + ([self.root] if self.root else [])
-        self.unit_of = {id(p): u for u in self.units for p in u.params}
-        self.ready = {id(u): 0 for u in self.units}
-        self.pending: dict[int, tuple[dist.Work, torch.Tensor, torch.Tensor]] = {}
+        super().__init__(self.units)  # the gradient hooks: one bucket per unit
 
         model.register_forward_pre_hook(self._before_model)
         for i, block in enumerate(model.blocks):
             block.register_forward_pre_hook(lambda mod, args, i=i: self._before_block(i))
             block.register_forward_hook(lambda mod, args, out, i=i: self._after_block(i, out))
-        for p in params:
-            p.register_post_accumulate_grad_hook(self._on_grad_ready)
 
     # ----------------------------------------------------------------------------------------- forward
     def _before_model(self, module, args) -> None:
@@ -149,43 +147,33 @@ class Zero3(SyncSwitch):
             self.blocks[i - 1].gather(wait=False)  # prefetch: backward visits the blocks in reverse
 
     @torch.no_grad()
-    def _on_grad_ready(self, p: nn.Parameter) -> None:
-        unit = self.unit_of[id(p)]
-        self.ready[id(unit)] += 1
-        if self.ready[id(unit)] == len(unit.params):  # the unit's backward is over
-            self.ready[id(unit)] = 0
+    def on_grad_ready(self, p: nn.Parameter) -> None:
+        """Counts inside no_sync() too (unlike the other reducers): when the unit's backward is over its full
+        parameters are freed either way; only the reduce-scatter waits for the last micro-batch."""
+        unit = self.bucket_of[id(p)]
+        if unit.mark_ready(p):
             if self.sync:
-                self._reduce_scatter(unit)
+                self.start(unit)
             unit.free()
 
-    def _reduce_scatter(self, unit: Unit) -> None:
-        grads = unit.layout.pack([p.grad for p in unit.params], unit.full.dtype, unit.full.device)
-        for p in unit.params:
-            p.grad = None
-        out = torch.empty(unit.layout.shard_numel, dtype=grads.dtype, device=grads.device)
-        self.pending[id(unit)] = (reduce_scatter_flat(out, grads, op=dist.ReduceOp.SUM, async_op=True), out, grads)
+    def launch(self, unit: Unit) -> tuple:
+        grads, out = reduce_scatter_buffers(unit.layout, unit.full)
+        return reduce_scatter_flat(out, grads, op=dist.ReduceOp.SUM, async_op=True), out, grads
 
-    @torch.no_grad()
-    def finish(self) -> None:
-        """Wait for the reduce-scatters; a unit with a parameter that got no gradient is sent now (zeros)."""
-        for unit in self.units:
-            if id(unit) not in self.pending:
-                self.ready[id(unit)] = 0
-                self._reduce_scatter(unit)
-                unit.free()
-        for unit in self.units:
-            work, out, _ = self.pending.pop(id(unit))
-            work.wait()
-            out.div_(self.world)
-            unit.master.grad = out if out.dtype == torch.float32 else out.float()
+    def flush(self, unit: Unit) -> None:
+        """A unit with a parameter that got no gradient is sent now (zeros for it), and its parameters freed."""
+        self.start(unit)
+        unit.free()
+
+    def done(self, unit: Unit, out: torch.Tensor, grads: torch.Tensor) -> None:
+        set_master_grad(unit.master, out.div_(self.world))
 
     def count_bytes(self, optimizer) -> TensorBytes:
-        masters = [u.master for u in self.units]
-        return TensorBytes(
-            parameters=storage_bytes(masters) + storage_bytes(u.full for u in self.units),  # full: 0 when freed
-            gradients=storage_bytes([m.grad for m in masters] + [p.grad for u in self.units for p in u.params]),
-            optimizer_states=optimizer_state_bytes(optimizer),
-        )
+        """The masters are this strategy's parameters at rest (their only persistent copy), so they count as
+        parameters, beside the full buffers (0 bytes while freed); gradients: the masters' and, during
+        accumulation, the model's."""
+        return count_tensor_bytes([p for u in self.units for p in u.params] + [u.master for u in self.units],
+                                  optimizer, count=storage_bytes)
 
 
 def apply(model: nn.Module, cell, device: torch.device) -> Parallel:

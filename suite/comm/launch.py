@@ -5,8 +5,9 @@
 This reuses the training runner's torchrun launcher (suite.launch.torchrun.run_cell) for its process
 hygiene: a private rendezvous per launch (`--standalone`), one thread per rank on CPU (OMP_NUM_THREADS=1:
 ranks share the cores, and oversubscribing them makes gloo timings meaningless), a timeout, and stopping
-every rank on timeout or Ctrl-C.  That launcher starts "cells"; `_Job` is the little that it reads of one
-(the rank count, threads per rank, and the JSON it writes to OUT_DIR/cell.json and passes as ARGS_JSON).
+every rank on timeout or Ctrl-C.  The launcher takes a LaunchRequest, not a cell: the rank count, one
+thread per rank, and the payload - the benchmark's arguments, written here to OUT_DIR/cell.json and passed
+to the ranks as ARGS_JSON.
 
 This module never imports torch: the parent process stays light and never initialises CUDA.
 """
@@ -31,28 +32,22 @@ class CommError(RuntimeError):
         self.interrupted = interrupted
 
 
-class _Job:
-    """What suite.launch.torchrun.run_cell reads of a cell, for a collective benchmark."""
-
-    threads_per_rank = 1
-
-    def __init__(self, args: CommArgs, world_size: int):
-        self.args, self.gpus = args, world_size
-
-    def model_dump_json(self, indent: int | None = None) -> str:
-        return self.args.model_dump_json(indent=indent)
-
-
 def launch(args: CommArgs, world_size: int, out_dir: Path, timeout_s: float = 1800,
            stop: threading.Event | None = None) -> CommRun:
     """Run the ranks to completion and return rank 0's `CommRun` (OUT_DIR/comm.json); raise CommError.
 
     stop: set it to stop the ranks (the training runner passes its own Ctrl-C event).  Without one, Ctrl-C and
     SIGTERM are caught here for the duration of the launch, so the ranks are stopped before we return."""
+    from suite.launch import LaunchRequest
     from suite.launch.torchrun import run_cell
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    payload = out_dir / "cell.json"
+    payload.write_text(args.model_dump_json(indent=1), encoding="utf-8")
+    request = LaunchRequest(launcher="torchrun", workdir=out_dir, payload=payload, timeout_s=timeout_s,
+                            gpus=world_size, threads_per_rank=1, device=args.device, worker_module=BENCH_MODULE,
+                            label="comm")
     own_handlers = stop is None and threading.current_thread() is threading.main_thread()
     stop = stop or threading.Event()
     previous = {}
@@ -60,8 +55,7 @@ def launch(args: CommArgs, world_size: int, out_dir: Path, timeout_s: float = 18
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
     try:
-        result = run_cell(_Job(args, world_size), out_dir, timeout_s=timeout_s, stop=stop,
-                          worker_module=BENCH_MODULE, device=args.device)
+        result = run_cell(request, stop=stop)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

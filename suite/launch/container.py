@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from suite.launch import DEFAULT_WORKER, LaunchResult
-from suite.launch.torchrun import GRACE_S, POLL_S, command as torchrun_command, environment, outcome_error
+from suite.launch import LaunchRequest, LaunchResult
+from suite.launch.supervise import GRACE_S, outcome_error, supervise
+from suite.launch.torchrun import command as torchrun_command, environment
 from suite.results.env import allowed_env
 
 LABEL = "io.github.suite.launcher"  # every container this launcher creates carries it (cleanup, tests)
@@ -77,10 +79,10 @@ def image_identity(image: str, docker_client=None) -> tuple[str, str]:
     return image, (repo_digests[0] if repo_digests else img.id)
 
 
-def container_env(cell, device: str, host_env: dict[str, str] | None = None) -> dict[str, str]:
+def container_env(request: LaunchRequest, host_env: dict[str, str] | None = None) -> dict[str, str]:
     """The container's environment: the allowlisted host variables plus the launcher's per-cell settings."""
     base = {k: v for k, v in allowed_env(host_env).items() if k not in HOST_ONLY}
-    env = environment(cell, device, base=base)
+    env = environment(request, base=base)
     env.pop("PATH", None)  # the image's PATH (its virtualenv) must win
     return env
 
@@ -98,37 +100,45 @@ def device_requests(device: str, host_env: dict[str, str] | None = None) -> list
     return [{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}]
 
 
-def mounts(cell, workdir: Path, cwd: Path) -> dict[str, dict[str, str]]:
-    """Bind mounts, host path -> {bind, mode} (docker-py's `volumes` form), all at their host paths."""
-    spec = {str(cwd): {"bind": str(cwd), "mode": "ro"}, str(workdir): {"bind": str(workdir), "mode": "rw"}}
-    data = cell.data
-    if getattr(data, "kind", None) == "cifar10" and getattr(data, "download", False):
-        root = (cwd / data.root).resolve()
+def mounts(request: LaunchRequest, cwd: Path) -> dict[str, dict[str, str]]:
+    """Bind mounts, host path -> {bind, mode} (docker-py's `volumes` form), all at their host paths: the
+    project read-only, the work folder and the request's writable folders (relative to cwd) read-write."""
+    workdir = str(request.workdir)
+    spec = {str(cwd): {"bind": str(cwd), "mode": "ro"}, workdir: {"bind": workdir, "mode": "rw"}}
+    for folder in request.writable_dirs:
+        root = (cwd / folder).resolve()
         root.mkdir(parents=True, exist_ok=True)  # a bind mount of a missing path would be created as root
         spec[str(root)] = {"bind": str(root), "mode": "rw"}
     return spec
 
 
-def container_spec(cell, workdir: Path, image: str, device: str, *, worker_module: str = DEFAULT_WORKER,
-                   host_env: dict[str, str] | None = None, cwd: Path | None = None,
-                   labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """Keyword arguments for `client.containers.create(**spec)`: everything the container gets, in one dict."""
-    workdir = Path(workdir).resolve()
+def _resolved(request: LaunchRequest) -> LaunchRequest:
+    """The request with absolute paths: the container sees the host's paths, whatever the runner's cwd."""
+    return replace(request, workdir=Path(request.workdir).resolve(), payload=Path(request.payload).resolve())
+
+
+def container_spec(request: LaunchRequest, image: str | None = None, *, host_env: dict[str, str] | None = None,
+                   cwd: Path | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """Keyword arguments for `client.containers.create(**spec)`: everything the container gets, in one dict.
+    `image` defaults to the request's."""
+    request = _resolved(request)
     cwd = (cwd or Path.cwd()).resolve()
-    cmd = torchrun_command(cell, workdir / "cell.json", workdir, worker_module)
+    cmd = torchrun_command(request)
+    device = request.device
     return {
-        "image": image,
+        "image": image or request.image,
         "entrypoint": ["python3"],  # the image's interpreter (its virtualenv's, first on the image's PATH)
         "command": cmd[1:],         # torchrun's arguments, minus the host's sys.executable
-        "environment": container_env(cell, device, host_env),
-        "volumes": mounts(cell, workdir, cwd),
+        "environment": container_env(request, host_env),
+        "volumes": mounts(request, cwd),
         "working_dir": str(cwd),
         "user": f"{os.getuid()}:{os.getgid()}",
         "device_requests": device_requests(device, host_env),
         "shm_size": SHM_SIZE,
         "ulimits": GPU_ULIMITS if device == "cuda" else STACK,
         "init": True,  # a real PID 1 reaps the ranks and forwards the stop signal
-        "labels": {LABEL: "container", "io.github.suite.cell": cell.id, **_env_labels(host_env), **(labels or {})},
+        "labels": {LABEL: "container", "io.github.suite.cell": request.label, **_env_labels(host_env),
+                   **(labels or {})},
         "detach": True,
     }
 
@@ -161,24 +171,52 @@ def _stream_logs(container, log_path: Path) -> threading.Thread:
     return thread
 
 
-def run_cell(cell, workdir: Path, *, timeout_s: float, stop: threading.Event,
-             on_poll: Callable[[], None] | None = None, worker_module: str = DEFAULT_WORKER,
-             device: str = "cpu", image: str | None = None, grace_s: float = GRACE_S,
-             docker_client=None) -> LaunchResult:
-    """The torchrun launcher's call, plus `image`: run the cell in a fresh container, never leave it behind."""
-    image = image or os.environ.get("SUITE_IMAGE")
-    workdir = Path(workdir).resolve()
-    log_path = workdir / "launcher.log"
+class ContainerHandle:
+    """A started container (supervise.Handle): signals go to its PID 1 (init), which forwards them to torchrun."""
+
+    def __init__(self, container):
+        self.container = container
+
+    def poll(self) -> int | None:
+        return self.wait() if not self.running() else None
+
+    def running(self) -> bool:
+        self.container.reload()
+        return self.container.status not in ("exited", "dead")
+
+    def _signal(self, sig: str) -> None:
+        try:
+            self.container.kill(signal=sig)
+        except _docker().errors.APIError:
+            if self.running():  # "is not running" (it exited meanwhile) is what a stop is for; anything else is not
+                raise
+
+    def terminate(self) -> None:
+        self._signal("SIGTERM")  # no pids to report: the container's processes are the daemon's, not ours
+
+    def kill(self) -> None:
+        if self.running():
+            self._signal("SIGKILL")
+
+    def wait(self) -> int | None:
+        return self.container.wait()["StatusCode"]
+
+
+def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable[[], None] | None = None,
+             grace_s: float = GRACE_S, docker_client=None) -> LaunchResult:
+    """The torchrun command in a fresh container of `request.image` (else $SUITE_IMAGE); never left behind."""
+    image = request.image or os.environ.get("SUITE_IMAGE")
+    request = _resolved(request)
+    log_path = request.workdir / "launcher.log"
     result = LaunchResult(launcher="container", log_path=log_path)
     if not image:
         result.error = "the container launcher needs an image (suite run --image IMAGE, or SUITE_IMAGE)"
         return result
-    if cell.nodes > 1:
-        result.error = (f"nodes {cell.nodes} > 1: a per-cell container is one node; run multi-node cells on the "
+    if request.nodes > 1:
+        result.error = (f"nodes {request.nodes} > 1: a per-cell container is one node; run multi-node cells on the "
                         f"compose Ray cluster (compose/ray.yaml)")
         return result
-    (workdir / "cell.json").write_text(cell.model_dump_json(indent=1), encoding="utf-8")
-    spec = container_spec(cell, workdir, image, device, worker_module=worker_module)
+    spec = container_spec(request, image)
     result.extra.update(image=image, command=spec["command"])
     container = None
     try:
@@ -194,26 +232,11 @@ def run_cell(cell, workdir: Path, *, timeout_s: float, stop: threading.Event,
             result.ended = time.time()
             return result
         logs = _stream_logs(container, log_path)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            container.reload()
-            if container.status in ("exited", "dead"):
-                break
-            if on_poll is not None:
-                on_poll()
-            if stop.is_set() or time.monotonic() > deadline:
-                result.interrupted = stop.is_set()
-                result.timed_out = not result.interrupted
-                container.stop(timeout=int(grace_s))  # SIGTERM to PID 1 (init), SIGKILL after grace_s
-                break
-            stop.wait(POLL_S)
-        result.returncode = container.wait()["StatusCode"]
-        result.ended = time.time()
+        result.take(supervise(ContainerHandle(container), timeout_s=request.timeout_s, stop=stop,
+                              on_poll=on_poll, grace_s=grace_s))
         logs.join(timeout=10)
     finally:
         if container is not None:
             container.remove(force=True)  # also on Ctrl-C (KeyboardInterrupt) and on errors above
-    if on_poll is not None:
-        on_poll()
-    result.error = outcome_error(result, timeout_s, log_path)
+    result.error = outcome_error(result, request.timeout_s, log_path)
     return result

@@ -10,8 +10,8 @@ real cluster; that is what the multi-node tests need.
 
 Why `--block`: a blocking `ray start` stays the parent of its node's processes (gcs, raylet, workers) and
 kills all of them when it receives SIGTERM, so stopping the cluster is "SIGTERM the N pids we started, wait,
-SIGKILL whatever we saw that is left" - nothing is killed by name (`ray stop` would kill every Ray process
-of the machine, other people's included).
+SIGKILL whatever we saw that is left" (suite.launch.supervise.stop_gracefully, as a cell is stopped) -
+nothing is killed by name (`ray stop` would kill every Ray process of the machine, other people's included).
 
 Settings every private cluster needs on Ray 2.60 (see ../shared/environment.md):
 - RAY_AUTH_MODE=disabled for every Ray process (2.60 turns token authentication on by default and a second
@@ -24,6 +24,7 @@ Do not set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: on Linux that *disables* multi-n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -35,6 +36,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from suite.launch.supervise import alive, stop_gracefully
 
 PRIVATE_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 STOP_GRACE_S = 30.0
@@ -55,11 +58,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+class _NodesHandle:
+    """A cluster's node launchers as one supervise.Handle, for stop_gracefully: SIGTERM the `ray start --block`
+    processes (workers first, head last: each stops its own node's processes), and once they are gone or the
+    grace period is over, SIGKILL every process of the cluster ever seen that is still alive."""
+
+    def __init__(self, procs: list[subprocess.Popen], seen: dict[int, psutil.Process]):
+        self.procs, self.seen = procs, seen
+
+    def poll(self) -> int | None:
+        codes = [p.poll() for p in self.procs]
+        return None if None in codes else 0
+
+    def running(self) -> bool:
+        return self.poll() is None
+
+    def terminate(self) -> list[int]:
+        asked = [p for p in reversed(self.procs) if p.poll() is None]
+        for p in asked:
+            p.send_signal(signal.SIGTERM)
+        return [p.pid for p in asked]
+
+    def kill(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.kill()
+        for p in self.seen.values():
+            if alive(p):
+                with contextlib.suppress(psutil.NoSuchProcess):  # it exited since alive() looked
+                    p.kill()
+
+    def wait(self) -> int | None:
+        for p in reversed(self.procs):
+            p.wait()
+        psutil.wait_procs([p for p in self.seen.values() if alive(p)], timeout=10)
+        return 0
 
 
 class LocalCluster:
@@ -159,27 +192,11 @@ class LocalCluster:
         """SIGTERM the node launchers (workers first, head last), SIGKILL leftovers; returns pids still alive
         after that (empty when the cluster is fully gone)."""
         self._remember()
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for p in reversed(self.procs):
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        left = [p for p in self.seen.values() if _alive(p)]
-        for p in left:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                continue
-        psutil.wait_procs(left, timeout=10)
+        stop_gracefully(_NodesHandle(self.procs, self.seen), STOP_GRACE_S)
         self.procs = []
         if self._own_temp:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
-        return sorted(p.pid for p in self.seen.values() if _alive(p))
+        return sorted(p.pid for p in self.seen.values() if alive(p))
 
     def __enter__(self) -> "LocalCluster":
         self.start()

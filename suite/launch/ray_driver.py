@@ -15,7 +15,8 @@ resources are chosen, and worker i gets a label selector pinning it to node i //
 What comes back and how (Train V2's `result.metrics` is not where suite's numbers live):
 - the Reporter callback runs in the Train controller, which Ray pins to this driver's node, and writes
   WORKDIR/ray_events.jsonl (group starts with each rank's node and pid, checkpoints, worker failures) and each
-  rank's final RankRecord (reported through ray.train.report) as WORKDIR/rank<R>.json, with `restarts`;
+  rank's final RankRecord (reported through ray.train.report) as WORKDIR/rank<R>.json, with `restarts`
+  (and its node_id: the runner checks placement from the records);
 - ray_driver.json: timings (connect, wait for nodes, worker-group setup, teardown), placement, the kept
   checkpoints with their metrics, the restored best one, and the error if fit failed.
 """
@@ -65,8 +66,11 @@ class Reporter(UserCallback):
         self.starts = 0
         self.failures_seen: set[tuple[int, int]] = set()
 
-    def _restarts(self) -> int:
-        return max(0, self.starts - 1)
+    def _with_restarts(self, record: RankRecord) -> RankRecord:
+        """The record with how many times the group restarted before it: the typed `restarts` field, and
+        the same number in extra["restarts"], where records before that field carried it (older readers)."""
+        restarts = max(0, self.starts - 1)
+        return record.model_copy(update={"restarts": restarts, "extra": {**record.extra, "restarts": restarts}})
 
     def after_report(self, run_context, metrics, checkpoint) -> None:
         workdir, event = Path(self.workdir), metrics[0].get("suite_event")
@@ -80,9 +84,7 @@ class Reporter(UserCallback):
                     step=metrics[0]["step"], loss=metrics[0]["loss"], path=checkpoint.path if checkpoint else None)
         elif event == ray_entry.DONE:
             for m in metrics:
-                record = RankRecord.model_validate_json(m["record"])
-                _write_record(workdir, record.model_copy(
-                    update={"extra": {**record.extra, "restarts": self._restarts()}}))
+                _write_record(workdir, self._with_restarts(RankRecord.model_validate_json(m["record"])))
             _append(workdir / "ray_events.jsonl", event="done", attempt=self.starts - 1)
 
     def after_exception(self, run_context, worker_exceptions) -> None:
@@ -93,9 +95,7 @@ class Reporter(UserCallback):
             self.failures_seen.add((self.starts, rank))
             failed = _find_rank_failed(exc)
             if failed is not None:
-                record = RankRecord.model_validate_json(failed.record_json)
-                _write_record(workdir, record.model_copy(
-                    update={"extra": {**record.extra, "restarts": self._restarts()}}))
+                _write_record(workdir, self._with_restarts(RankRecord.model_validate_json(failed.record_json)))
             _append(workdir / "ray_events.jsonl", event="worker_failure", attempt=self.starts - 1, rank=rank,
                     error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1:] or ''}"[:500])
 

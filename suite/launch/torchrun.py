@@ -32,18 +32,16 @@ from typing import Callable
 
 import psutil
 
-from suite.launch import DEFAULT_WORKER, LaunchResult
+from suite.launch import LaunchRequest, LaunchResult
+from suite.launch.supervise import GRACE_S, alive, outcome_error, supervise
 
-GRACE_S = 10.0  # SIGTERM -> SIGKILL
-POLL_S = 0.2
-LOG_TAIL_LINES = 40
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def command(cell, cell_json: Path, workdir: Path, worker_module: str = DEFAULT_WORKER) -> list[str]:
+def command(request: LaunchRequest) -> list[str]:
     """torchrun's command line, started through this module's __main__ (torchrun's own main, see below)."""
-    return [sys.executable, "-m", "suite.launch.torchrun", "--standalone", f"--nproc_per_node={cell.gpus}",
-            "-m", worker_module, str(cell_json), str(workdir)]
+    return [sys.executable, "-m", "suite.launch.torchrun", "--standalone", f"--nproc_per_node={request.gpus}",
+            "-m", request.worker_module, str(request.payload), str(request.workdir)]
 
 
 def torchrun_main(argv: list[str]) -> int:
@@ -74,14 +72,15 @@ def torchrun_main(argv: list[str]) -> int:
     return code
 
 
-def environment(cell, device: str, base: dict[str, str] | None = None) -> dict[str, str]:
+def environment(request: LaunchRequest, base: dict[str, str] | None = None) -> dict[str, str]:
     """The launcher's environment: the runner's, plus one thread count per rank on CPU (set explicitly:
     torchrun only sets OMP_NUM_THREADS=1 for more than one process, and two ranks with two threads each run
-    2.5x slower on a 2-core machine)."""
+    2.5x slower on a 2-core machine), plus the request's own additions."""
     env = dict(os.environ if base is None else base)
     env["PYTHONUNBUFFERED"] = "1"
-    if device == "cpu":
-        env["OMP_NUM_THREADS"] = str(cell.threads_per_rank)
+    if request.device == "cpu":
+        env["OMP_NUM_THREADS"] = str(request.threads_per_rank)
+    env.update(request.env)
     return env
 
 
@@ -93,13 +92,6 @@ def become_subreaper() -> bool:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
-        return False
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
         return False
 
 
@@ -121,6 +113,7 @@ def _descendants(root: psutil.Process, since: float) -> list[psutil.Process]:
 
 
 def _signal_all(procs: list[psutil.Process], sig: int) -> None:
+    """`sig` to each process and to its process group (workers run in sessions of their own), never ours."""
     own_group = os.getpgrp()
     for p in procs:
         try:
@@ -132,87 +125,63 @@ def _signal_all(procs: list[psutil.Process], sig: int) -> None:
             continue
 
 
-def stop_tree(proc: subprocess.Popen, known: dict[int, psutil.Process], since: float, grace_s: float) -> list[int]:
-    """SIGTERM the launcher and every process of the cell, SIGKILL after `grace_s`; returns the pids killed."""
-    try:
-        root = psutil.Process(proc.pid)
-        everyone = [root] + _descendants(root, since)
-    except psutil.NoSuchProcess:
-        everyone = _descendants(psutil.Process(), since)
-    for p in everyone:
-        known.setdefault(p.pid, p)
-    procs = [p for p in known.values() if _alive(p)]
-    _signal_all(procs, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p) for p in procs):
-        proc.poll()  # reap the launcher as soon as it exits
-        time.sleep(0.05)
-    left = [p for p in procs if _alive(p)]
-    _signal_all(left, signal.SIGKILL)
-    proc.wait()
-    psutil.wait_procs(procs, timeout=5)
-    return sorted(p.pid for p in procs)
+class TreeHandle:
+    """torchrun and every process it starts (supervise.Handle): the descendants seen while it runs are
+    remembered, so that stopping reaches workers in their own sessions and orphans re-parented to us."""
+
+    def __init__(self, proc: subprocess.Popen, since: float):
+        self.proc, self.since = proc, since
+        self.known: dict[int, psutil.Process] = {proc.pid: psutil.Process(proc.pid)}
+        self._signalled: list[psutil.Process] = []  # alive when terminate() asked them to stop
+
+    def _remember(self, procs: list[psutil.Process]) -> None:
+        for p in procs:
+            self.known.setdefault(p.pid, p)
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        if code is None:
+            self._remember(_descendants(self.known[self.proc.pid], self.since))
+        return code
+
+    def running(self) -> bool:
+        self.proc.poll()  # reap the launcher as soon as it exits (a zombie would count as running)
+        return any(alive(p) for p in self.known.values())
+
+    def terminate(self) -> list[int]:
+        try:
+            root = psutil.Process(self.proc.pid)
+            self._remember([root] + _descendants(root, self.since))
+        except psutil.NoSuchProcess:  # the launcher is gone: its orphans are among our own children
+            self._remember(_descendants(psutil.Process(), self.since))
+        self._signalled = [p for p in self.known.values() if alive(p)]
+        _signal_all(self._signalled, signal.SIGTERM)
+        return [p.pid for p in self._signalled]
+
+    def kill(self) -> None:
+        _signal_all([p for p in self._signalled if alive(p)], signal.SIGKILL)
+
+    def wait(self) -> int | None:
+        code = self.proc.wait()
+        psutil.wait_procs(self._signalled, timeout=5)
+        return code
 
 
-def _tail(path: Path, lines: int = LOG_TAIL_LINES, limit: int = 4000) -> str | None:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    tail = "\n".join(text.rstrip().splitlines()[-lines:])
-    return tail[-limit:] or None
-
-
-def run_cell(cell, workdir: Path, *, timeout_s: float, stop: threading.Event,
-             on_poll: Callable[[], None] | None = None, worker_module: str = DEFAULT_WORKER,
-             device: str = "cpu", grace_s: float = GRACE_S) -> LaunchResult:
-    """Launch the cell, wait for it (polling), stop it on timeout or `stop`; never leaves a process behind."""
-    workdir = Path(workdir)
-    cell_json = workdir / "cell.json"
-    cell_json.write_text(cell.model_dump_json(indent=1), encoding="utf-8")
-    log_path = workdir / "launcher.log"
-    cmd = command(cell, cell_json, workdir, worker_module)
+def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable[[], None] | None = None,
+             grace_s: float = GRACE_S) -> LaunchResult:
+    """Launch torchrun, supervise it (timeout, `stop`), and never leave a process behind."""
+    log_path = Path(request.workdir) / "launcher.log"
+    cmd = command(request)
     result = LaunchResult(launcher="torchrun", log_path=log_path, extra={"command": cmd})
     become_subreaper()
-    known: dict[int, psutil.Process] = {}
     with open(log_path, "wb") as log:
         result.started = time.time()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=environment(cell, device), start_new_session=True)
-        root = psutil.Process(proc.pid)
-        known[proc.pid] = root
-        deadline = time.monotonic() + timeout_s
-        while proc.poll() is None:
-            for p in _descendants(root, result.started):
-                known.setdefault(p.pid, p)
-            if on_poll is not None:
-                on_poll()
-            if stop.is_set() or time.monotonic() > deadline:
-                result.interrupted = stop.is_set()
-                result.timed_out = not result.interrupted
-                result.extra["killed_pids"] = stop_tree(proc, known, result.started, grace_s)
-                break
-            stop.wait(POLL_S)
-        result.ended = time.time()
-        result.returncode = proc.wait()
-        stray = [p for p in known.values() if _alive(p)]
-        if stray:  # e.g. a worker that ignored its launcher's exit: never leave it running
-            result.extra["stray_killed"] = stop_tree(proc, {p.pid: p for p in stray}, result.started, grace_s)
-    if on_poll is not None:
-        on_poll()
-    result.error = outcome_error(result, timeout_s, log_path)
+                                env=environment(request), start_new_session=True)
+        handle = TreeHandle(proc, result.started)
+        result.take(supervise(handle, timeout_s=request.timeout_s, stop=stop, on_poll=on_poll, grace_s=grace_s))
+    result.error = outcome_error(result, request.timeout_s, log_path)
     return result
-
-
-def outcome_error(result: LaunchResult, timeout_s: float, log_path: Path) -> str | None:
-    """What went wrong with a finished launch, for CellResult.error (None when it exited 0)."""
-    if result.timed_out:
-        return f"timeout: killed after {timeout_s:g} s (timeout_s)\n" + (_tail(log_path) or "")
-    if result.interrupted:
-        return "interrupted (Ctrl-C / SIGTERM)"
-    if result.returncode != 0:
-        return _tail(log_path)
-    return None
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -93,7 +93,19 @@ class RankRecord(_Record):
     setup_s: SetupTimes | None = None
     train_s: float = 0.0
     teardown_s: float = 0.0
-    extra: dict[str, Any] = Field(default_factory=dict, description="Strategy-specific facts (e.g. restarts).")
+    restarts: int = Field(
+        0, description="How many times the worker group was restarted before this record was written (Ray's "
+        "FailureConfig; always 0 under torchrun)."
+    )
+    extra: dict[str, Any] = Field(default_factory=dict, description="Strategy-specific facts.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _restarts_from_extra(cls, data: Any) -> Any:
+        """Records written before `restarts` was a field carried it in extra["restarts"]: read it from there."""
+        if isinstance(data, dict) and "restarts" not in data and "restarts" in (data.get("extra") or {}):
+            return {**data, "restarts": int(data["extra"]["restarts"])}
+        return data
 
 
 # ----------------------------------------------------------------------------------------------- runner side

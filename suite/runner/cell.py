@@ -1,9 +1,13 @@
 """One cell, one repeat: decide whether it can run, launch it, read its records, and build its CellResult.
 
+A launcher gets a `LaunchRequest` built here from the cell (`launch_request`), and the cell itself as the
+worker's payload, WORKDIR/cell.json (`write_payload`).
+
 The status comes from structured facts only, never from log text:
   interrupted / timeout      the launcher stopped it (Ctrl-C, or past timeout_s);
   oom / diverged / failed    a rank's record says so (the worker writes a record on failure too);
-  failed                     a rank wrote no record, or the launcher exited non-zero;
+  failed                     a rank wrote no record, or the launcher exited non-zero, or (launcher: ray)
+                             the ranks did not run on exactly `nodes` distinct nodes (their records' node_id);
   ok                         every rank recorded ok and the launcher exited 0 (gates may still fail it).
 The worker's exit codes (3 diverged, 4 oom, 1 failed) decide only when no record says more (torchrun turns
 any worker failure into its own exit code 1, so records are what carry the cause through it).
@@ -15,12 +19,13 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from suite.launch import LaunchResult
+from suite.launch import DEFAULT_WORKER, LaunchRequest, LaunchResult
 from suite.plan import predict
 from suite.results.schema import CellResult, RankInfo, RankRecord
 from suite.results.store import utc_iso
@@ -33,6 +38,32 @@ def resolve_device(cell, gpu_count: int) -> str:
     if cell.device == "auto":
         return "cuda" if gpu_count > 0 else "cpu"
     return cell.device
+
+
+def launch_request(cell, workdir: Path, device: str, *, worker_module: str = DEFAULT_WORKER,
+                   timeout_s: float | None = None, image: str | None = None,
+                   ray_address: str | None = None) -> LaunchRequest:
+    """What the launcher needs of `cell` (it never sees the cell itself; the worker reads it from the payload).
+
+    `image`: run a torchrun cell in a fresh container of it (`suite run --image`); `ray_address`: the Ray
+    cluster of a ray cell (`--ray-address`).  Pure: the payload file is written by write_payload."""
+    data = cell.data
+    download = getattr(data, "kind", None) == "cifar10" and getattr(data, "download", False)
+    container = bool(image) and cell.launcher == "torchrun"
+    rpw = cell.ray.resources_per_worker if cell.ray and cell.ray.resources_per_worker else None
+    return LaunchRequest(
+        launcher="container" if container else cell.launcher, workdir=Path(workdir),
+        payload=Path(workdir) / "cell.json", timeout_s=cell.timeout_s if timeout_s is None else timeout_s,
+        gpus=cell.gpus, nodes=cell.nodes, threads_per_rank=cell.threads_per_rank, device=device,
+        worker_module=worker_module, label=cell.id, writable_dirs=(str(data.root),) if download else (),
+        image=image if container else None, ray_address=ray_address if cell.launcher == "ray" else None,
+        resources_per_worker=dict(rpw) if rpw else None)
+
+
+def write_payload(cell, request: LaunchRequest) -> LaunchRequest:
+    """Write the cell as the worker's payload (the request's cell.json); returns the request."""
+    Path(request.payload).write_text(cell.model_dump_json(indent=1), encoding="utf-8")
+    return request
 
 
 def cpu_process_cap() -> int:
@@ -83,9 +114,23 @@ def setup_done_time(workdir: Path) -> float | None:
     return None
 
 
+def placement_problem(records: list[RankRecord], nodes: int, problems: list[str] | None = None) -> str | None:
+    """The ranks must have run on exactly `nodes` distinct nodes, or the cell measured something else.
+    An unreadable record counts as a rank on an unknown node."""
+    seen = {r.node_id for r in records} | ({None} if problems else set())
+    if len(seen) != nodes or None in seen:
+        return f"placement: ranks ran on {len(seen - {None})} distinct node(s), the cell says nodes: {nodes}"
+    return None
+
+
 def classify(launch: LaunchResult, records: list[RankRecord], world: int,
-             problems: list[str] | None = None) -> tuple[str, str | None]:
-    """(status, error) of a launched cell; see the module docstring for the rules."""
+             problems: list[str] | None = None, placement: str | None = None) -> tuple[str, str | None]:
+    """(status, error) of a launched cell; see the module docstring for the rules.
+
+    `placement`: what placement_problem found wrong (launcher: ray).  The launch is then classified as a
+    launcher failure (exit code 1) whose error is the placement problem, whatever its process exited with."""
+    if placement:
+        launch = replace(launch, returncode=1, error=placement)
     if launch.interrupted:
         return "interrupted", launch.error or "interrupted"
     if launch.timed_out:
@@ -119,7 +164,9 @@ def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir
                  session: str, extra: dict[str, Any] | None = None) -> CellResult:
     """The CellResult of a launched cell, before gates (status ok, failed, oom, diverged, timeout, ...)."""
     records, problems = read_records(workdir)
-    status, error = classify(launch, records, cell.gpus, problems)
+    checked = cell.launcher == "ray" and launch.returncode == 0  # torchrun's ranks are on one node by design
+    placement = placement_problem(records, cell.nodes, problems) if checked else None
+    status, error = classify(launch, records, cell.gpus, problems, placement)
     prediction = predict(cell).model_dump(mode="json")
     numbers = aggregate.aggregate(records, prediction, cell.precision, launch.started, launch.ended,
                                   setup_done_time(workdir))
@@ -129,7 +176,9 @@ def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir
             **(extra or {})}
     if problems:
         more["record_problems"] = problems
-    restarts = max((int(r.extra.get("restarts", 0)) for r in records), default=0)
+    if placement and isinstance(more.get("ray"), dict):
+        more["ray"] = {**more["ray"], "placement_error": placement}
+    restarts = max((r.restarts for r in records), default=0)
     return CellResult(
         cell_id=cell.id, repeat=repeat, axes=cell.axes(), cell=cell.model_dump(mode="json"), status=status,
         error=error, started_at=utc_iso(launch.started or time.time()), finished_at=utc_iso(launch.ended or None),

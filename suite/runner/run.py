@@ -11,6 +11,11 @@ run folder: the stored scenario.yaml is expanded again and cells that already ha
 skipped; a resumed cell runs in a new work folder (attempt a2, a3, ...), and each resume adds a manifest
 `resume-NN.json` for the environment of that session (results name their session in extra.session).
 The options of the first session (--only, --repeats, --force, --image, --ray-address) carry over to a resume.
+
+In code: `open_run` (a new or reopened run folder, its manifest: a `Session`), `run_one` per cell and repeat
+(a launch request from the cell -> suite.launch -> CellResult), `finish` (the outcome and exit code);
+`run_scenario` strings them together and owns the Ctrl-C / SIGTERM handlers.  Options reach the launchers
+in the request (image, Ray address), never through os.environ.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ from suite.plan import predict
 from suite.results import store
 from suite.results.env import build_manifest, git_info, torch_info
 from suite.results.schema import FINAL_STATUSES, CellResult
-from suite.runner.cell import build_result, infeasible_reason, infeasible_result, resolve_device
+from suite.runner.cell import (
+    build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, write_payload,
+)
 from suite.runner.gates import first_failure, loss_gates, match_gate, order_cells, reference_of
 from suite.runner.progress import RunProgress
 from suite.scenario import Scenario, load_scenario
@@ -136,8 +143,24 @@ def _with_image(manifest, image: str):
     return manifest.model_copy(update={"container_image": ref, "container_image_digest": digest})
 
 
-def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
-    """Run (or resume) a scenario; see the module docstring.  Raises RunError / ScenarioError before running."""
+@dataclass
+class Session:
+    """One session of a run folder (the first, or a resume): what opening it decided, for its cells."""
+
+    run_dir: Path
+    name: str  # its manifest: manifest.json, or resume-NN.json
+    cells: list[Cell]  # every cell of the scenario (match gates look up their references here)
+    plan: list[tuple[Cell, int]]  # (cell, repeat) in run order
+    notes: list[str]
+    force: bool
+    worker: str
+    image: str | None
+    ray_address: str | None
+    gpu_count: int
+
+
+def open_run(file: Path | None, opts: RunOptions, console) -> Session:
+    """Make a run folder (or reopen one for --resume), write its scenario and this session's manifest."""
     run_dir, scenario, cells, saved = _open(file, opts)
     repeats = opts.repeats or saved.get("repeats")
     force = opts.force or saved.get("force", False)
@@ -145,8 +168,6 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
     worker = opts.worker_module or os.environ.get("SUITE_WORKER_MODULE") or DEFAULT_WORKER
     image = opts.image or saved.get("image")
     ray_address = opts.ray_address or saved.get("ray_address")
-    if ray_address:
-        os.environ["RAY_ADDRESS"] = ray_address  # read by suite.launch.ray (and recorded: RAY_* is allowlisted)
     options = {"repeats": repeats, "only": opts.only or saved.get("only", []), "force": force,
                "worker_module": worker, "scenario_file": str(file) if file else None, "image": image,
                "ray_address": ray_address}
@@ -172,14 +193,61 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
                               extra=extra, torch_facts=facts)
     if image:
         manifest = _with_image(manifest, image)
+    if ray_address:  # the Ray drivers get it as RAY_ADDRESS: part of the environment the cells ran in
+        env = dict(sorted({**manifest.env, "RAY_ADDRESS": ray_address}.items()))
+        manifest = manifest.model_copy(update={"env": env})
     store.write_manifest(run_dir, manifest, session)
     store.append_runlog(run_dir, "resume" if session != "manifest.json" else "run_start", session=session)
-
     plan = [(c, r) for c in order_cells(selected) for r in range(repeats or c.repeats)]
-    done = {(x.cell_id, x.repeat): x for x in store.read_cell_results(run_dir) if x.status in FINAL_STATUSES}
-    progress = RunProgress(len(plan), console, opts.live)
-    progress.note(f"run folder: {run_dir}")
-    for note in notes:
+    return Session(run_dir, session, cells, plan, notes, force, worker, image, ray_address, gpu_count)
+
+
+def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress: RunProgress,
+            done: dict) -> CellResult | None:
+    """One cell, one repeat: infeasible, or launched and classified and gated.  None when it was interrupted
+    (then it is only noted in the runlog: an interrupted cell is never a final result)."""
+    reason = infeasible_reason(cell, predict(cell), s.gpu_count)
+    if reason and not s.force:
+        return infeasible_result(cell, repeat, reason, s.name)
+    device = resolve_device(cell, s.gpu_count)
+    workdir = store.create_work_dir(s.run_dir, cell.id, repeat)
+    store.append_runlog(s.run_dir, "cell_start", cell=cell.id, repeat=repeat, work_dir=workdir.name)
+    progress.start_cell(cell, repeat, workdir)
+    request = write_payload(cell, launch_request(cell, workdir, device, worker_module=s.worker, image=s.image,
+                                                 ray_address=s.ray_address))
+    try:
+        launched = launch(request, stop=stop, on_poll=progress.poll)
+    except Exception as exc:  # a launcher bug fails this cell (traceback kept), never the whole run
+        launched = LaunchResult(launcher=request.launcher, returncode=None,
+                                error=f"the launcher raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    result = build_result(cell, repeat, launched, workdir, s.run_dir, device, s.name,
+                          {"forced_infeasible": reason} if reason else None)
+    if result.status == "interrupted":
+        store.append_runlog(s.run_dir, "cell_interrupted", cell=cell.id, repeat=repeat, work_dir=workdir.name)
+        progress.note(f"interrupted {cell.id}-r{repeat}: its processes were stopped; not recorded")
+        return None
+    return _gate(cell, result, s.cells, done) if result.status == "ok" else result
+
+
+def finish(s: Session, done: dict, received: list[int]) -> RunOutcome:
+    """The run's outcome: its final results in run order, and the exit code (128 + signal when stopped)."""
+    results = [done[(c.id, r)] for c, r in s.plan if (c.id, r) in done]
+    if received:
+        name = signal.Signals(received[0]).name
+        store.append_runlog(s.run_dir, "interrupted", signal=name)
+        return RunOutcome(s.run_dir, results, name, 128 + received[0])
+    store.append_runlog(s.run_dir, "run_end", statuses=[x.status for x in results])
+    bad = any(x.status not in ("ok", "infeasible") for x in results)
+    return RunOutcome(s.run_dir, results, None, 1 if bad else 0)
+
+
+def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
+    """Run (or resume) a scenario; see the module docstring.  Raises RunError / ScenarioError before running."""
+    s = open_run(file, opts, console)
+    done = {(x.cell_id, x.repeat): x for x in store.read_cell_results(s.run_dir) if x.status in FINAL_STATUSES}
+    progress = RunProgress(len(s.plan), console, opts.live)
+    progress.note(f"run folder: {s.run_dir}")
+    for note in s.notes:
         progress.note(note)
     stop, received = threading.Event(), []
 
@@ -189,52 +257,23 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
 
     handlers = {}
     if threading.current_thread() is threading.main_thread():
-        handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for cell, repeat in plan:
+        for cell, repeat in s.plan:
             if stop.is_set():
                 break
             if (cell.id, repeat) in done:
                 progress.end_cell(done[(cell.id, repeat)])
                 continue
-            reason = infeasible_reason(cell, predict(cell), gpu_count)
-            if reason and not force:
-                result = infeasible_result(cell, repeat, reason, session)
-            else:
-                device = resolve_device(cell, gpu_count)
-                workdir = store.create_work_dir(run_dir, cell.id, repeat)
-                store.append_runlog(run_dir, "cell_start", cell=cell.id, repeat=repeat, work_dir=workdir.name)
-                progress.start_cell(cell, repeat, workdir)
-                via = {"launcher": "container", "image": image} if image and cell.launcher == "torchrun" else {}
-                try:
-                    launched = launch(cell, workdir, timeout_s=cell.timeout_s, stop=stop, on_poll=progress.poll,
-                                      worker_module=worker, device=device, **via)
-                except Exception as exc:  # a launcher bug fails this cell (traceback kept), never the whole run
-                    launched = LaunchResult(launcher=via.get("launcher", cell.launcher), returncode=None,
-                                            error=f"the launcher raised {type(exc).__name__}: {exc}\n"
-                                                  f"{traceback.format_exc()}")
-                result = build_result(cell, repeat, launched, workdir, run_dir, device, session,
-                                      {"forced_infeasible": reason} if reason else None)
-                if result.status == "interrupted":
-                    store.append_runlog(run_dir, "cell_interrupted", cell=cell.id, repeat=repeat,
-                                        work_dir=workdir.name)
-                    progress.note(f"interrupted {cell.id}-r{repeat}: its processes were stopped; not recorded")
-                    break
-                if result.status == "ok":
-                    result = _gate(cell, result, cells, done)
-            store.write_cell_result(run_dir, result)
+            result = run_one(s, cell, repeat, stop, progress, done)
+            if result is None:
+                break
+            store.write_cell_result(s.run_dir, result)
             done[(cell.id, repeat)] = result
-            store.append_runlog(run_dir, "cell_end", cell=cell.id, repeat=repeat, status=result.status)
+            store.append_runlog(s.run_dir, "cell_end", cell=cell.id, repeat=repeat, status=result.status)
             progress.end_cell(result)
     finally:
         progress.close()
-        for s, h in handlers.items():
-            signal.signal(s, h)
-    results = [done[(c.id, r)] for c, r in plan if (c.id, r) in done]
-    if received:
-        name = signal.Signals(received[0]).name
-        store.append_runlog(run_dir, "interrupted", signal=name)
-        return RunOutcome(run_dir, results, name, 128 + received[0])
-    store.append_runlog(run_dir, "run_end", statuses=[x.status for x in results])
-    bad = any(x.status not in ("ok", "infeasible") for x in results)
-    return RunOutcome(run_dir, results, None, 1 if bad else 0)
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+    return finish(s, done, received)

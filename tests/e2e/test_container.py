@@ -22,6 +22,7 @@ import pytest
 from suite.cells import Cell, load_cells
 from suite.launch import container, torchrun
 from suite.results.schema import CellResult, Manifest, RankRecord
+from suite.runner.cell import launch_request, write_payload
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -94,7 +95,8 @@ def host_reference(tmp_path_factory):
     """The smoke scenario's zero2 cell run on the host with the torchrun launcher: its rank-0 loss curve."""
     cell = small_cell("zero2", steps=None)
     workdir = tmp_path_factory.mktemp("host")
-    result = torchrun.run_cell(cell, workdir, timeout_s=600, stop=threading.Event(), device="cpu")
+    result = torchrun.run_cell(write_payload(cell, launch_request(cell, workdir, "cpu", timeout_s=600)),
+                               stop=threading.Event())
     assert result.returncode == 0, result.error
     losses = records(workdir)[0].losses
     assert len(losses) == cell.steps
@@ -209,16 +211,18 @@ def test_sdk_timeout_and_stop_remove_the_container(images, tmp_path, monkeypatch
     monkeypatch.setenv("SUITE_FAULT", "hangs:hang@2")
     (tmp_path / "t").mkdir()
     t0 = time.monotonic()
-    timed = container.run_cell(hang, tmp_path / "t", timeout_s=25, stop=threading.Event(), device="cpu",
-                               image=images["image"], grace_s=3)
+    timed = container.run_cell(write_payload(hang, launch_request(hang, tmp_path / "t", "cpu", timeout_s=25,
+                                                                  image=images["image"])),
+                               stop=threading.Event(), grace_s=3)
     assert timed.timed_out and not timed.interrupted and "timeout" in timed.error, \
         (timed, (tmp_path / "t" / "launcher.log").read_text()[-3000:])
     assert time.monotonic() - t0 < 25 + 30
     stop = threading.Event()
     threading.Timer(15, stop.set).start()
     (tmp_path / "s").mkdir()
-    stopped = container.run_cell(hang, tmp_path / "s", timeout_s=600, stop=stop, device="cpu",
-                                 image=images["image"], grace_s=3)
+    stopped = container.run_cell(write_payload(hang, launch_request(hang, tmp_path / "s", "cpu", timeout_s=600,
+                                                                    image=images["image"])),
+                                 stop=stop, grace_s=3)
     assert stopped.interrupted and not stopped.timed_out
     left = sh("docker", "ps", "-aq", "--filter", f"label={TEST_LABEL}").stdout.split()
     assert left == []
@@ -251,6 +255,7 @@ def test_compose_ray_cluster_runs_a_two_node_cell_across_worker_containers(compo
     assert (manifest.container_image, manifest.container_image_digest) == (ray_image, ray_digest)
     # the same cell on one node under torchrun, on the host: the same losses
     local = Cell.model_validate({**cell.model_dump(), "launcher": "torchrun", "nodes": 1})
-    host = torchrun.run_cell(local, tmp_path, timeout_s=600, stop=threading.Event(), device="cpu")
+    host = torchrun.run_cell(write_payload(local, launch_request(local, tmp_path, "cpu", timeout_s=600)),
+                             stop=threading.Event())
     assert host.returncode == 0, host.error
     assert result.losses == pytest.approx(records(tmp_path)[0].losses, rel=1e-5, abs=0)

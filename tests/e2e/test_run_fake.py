@@ -77,6 +77,7 @@ def test_statuses_infeasible_repeats_and_results_commands(tmp_path, cli):
 def test_worker_ignoring_sigterm_is_killed_and_reaped(tmp_path, monkeypatch):
     from suite.cells import load_cells
     from suite.launch import torchrun
+    from suite.runner.cell import launch_request, write_payload
 
     path = write(tmp_path / "fake.yaml", SCENARIO)
     cell = next(c for c in load_cells(str(path))[1] if c.gpus == 2)
@@ -98,8 +99,8 @@ def test_worker_ignoring_sigterm_is_killed_and_reaped(tmp_path, monkeypatch):
                 stop.set()
 
     t0 = time.monotonic()
-    result = torchrun.run_cell(cell, work, timeout_s=300, stop=stop, on_poll=on_poll, worker_module=FAKE_WORKER,
-                               grace_s=2.0)
+    request = write_payload(cell, launch_request(cell, work, "cpu", worker_module=FAKE_WORKER, timeout_s=300))
+    result = torchrun.run_cell(request, stop=stop, on_poll=on_poll, grace_s=2.0)
     assert result.interrupted and not result.timed_out
     assert time.monotonic() - started["stop"] >= 2.0  # SIGTERM was ignored: SIGKILL came after the grace period
     assert time.monotonic() - t0 < 120

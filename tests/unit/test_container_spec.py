@@ -12,6 +12,7 @@ import pytest
 from suite.cells import load_cells
 from suite.launch import container
 from suite.launch.torchrun import command as torchrun_command
+from suite.runner.cell import launch_request
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +31,7 @@ HOST_ENV = {
 
 
 def test_environment_is_an_allowlist(cell):
-    env = container.container_env(cell, "cpu", HOST_ENV)
+    env = container.container_env(launch_request(cell, Path("w"), "cpu"), HOST_ENV)
     assert env["NCCL_DEBUG"] == "INFO" and env["SUITE_FAULT"] == "abc:raise@2"
     for name in ("PATH", "HOME", "AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "NCCL_API_KEY", "LD_PRELOAD",
                  "CUDA_VISIBLE_DEVICES", "SUITE_IMAGE"):
@@ -38,7 +39,7 @@ def test_environment_is_an_allowlist(cell):
     # the per-cell settings of the torchrun launcher come along: one thread per CPU rank, unbuffered output
     assert env["OMP_NUM_THREADS"] == str(cell.threads_per_rank)
     assert env["PYTHONUNBUFFERED"] == "1"
-    assert "OMP_NUM_THREADS" not in container.container_env(cell, "cuda", HOST_ENV)
+    assert "OMP_NUM_THREADS" not in container.container_env(launch_request(cell, Path("w"), "cuda"), HOST_ENV)
 
 
 def test_device_requests(cell):
@@ -54,11 +55,11 @@ def test_spec_mounts_user_command_and_labels(cell, tmp_path):
     workdir.mkdir(parents=True)
     cwd = tmp_path / "project"
     cwd.mkdir()
-    spec = container.container_spec(cell, workdir, "suite:latest", "cuda", host_env=HOST_ENV, cwd=cwd,
-                                     labels={"extra": "x"})
+    spec = container.container_spec(launch_request(cell, workdir, "cuda"), "suite:latest", host_env=HOST_ENV,
+                                     cwd=cwd, labels={"extra": "x"})
     assert spec["image"] == "suite:latest"
     # the same torchrun command as the host launcher, run by the image's python
-    host_cmd = torchrun_command(cell, workdir / "cell.json", workdir, "suite.worker")
+    host_cmd = torchrun_command(launch_request(cell, workdir, "cuda", worker_module="suite.worker"))
     assert host_cmd[0] == sys.executable
     assert spec["entrypoint"] == ["python3"] and spec["command"] == host_cmd[1:]
     assert f"--nproc_per_node={cell.gpus}" in spec["command"]
@@ -76,14 +77,14 @@ def test_spec_mounts_user_command_and_labels(cell, tmp_path):
 def test_cifar_download_root_is_mounted_writable(cell, tmp_path):
     data = {"kind": "cifar10", "root": "data/c10", "download": True}
     cifar = type(cell).model_validate({**cell.model_dump(), "data": data})
-    spec = container.container_spec(cifar, tmp_path / "w", "img", "cpu", host_env={}, cwd=tmp_path)
+    spec = container.container_spec(launch_request(cifar, tmp_path / "w", "cpu"), "img", host_env={}, cwd=tmp_path)
     root = str((tmp_path / "data" / "c10").resolve())
     assert spec["volumes"][root] == {"bind": root, "mode": "rw"}
     assert (tmp_path / "data" / "c10").is_dir()
 
 
 def test_sdk_conversion(cell, tmp_path):
-    spec = container.container_spec(cell, tmp_path, "img", "cuda", host_env={}, cwd=tmp_path)
+    spec = container.container_spec(launch_request(cell, tmp_path, "cuda"), "img", host_env={}, cwd=tmp_path)
     sdk = container._to_sdk(spec)
     request = sdk["device_requests"][0]
     assert request["Driver"] == "nvidia" and request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
@@ -93,13 +94,13 @@ def test_sdk_conversion(cell, tmp_path):
 def test_missing_image_is_a_launch_error_not_a_crash(cell, tmp_path):
     import threading
 
-    result = container.run_cell(cell, tmp_path, timeout_s=5, stop=threading.Event(), image="",
-                                docker_client=object())
+    result = container.run_cell(launch_request(cell, tmp_path, "cpu", timeout_s=5, image=""),
+                                stop=threading.Event(), docker_client=object())
     assert result.returncode is None and "needs an image" in result.error
 
 
 def test_cpu_cells_do_not_raise_memlock(cell, tmp_path):
-    spec = container.container_spec(cell, tmp_path, "img", "cpu", host_env={}, cwd=tmp_path)
+    spec = container.container_spec(launch_request(cell, tmp_path, "cpu"), "img", host_env={}, cwd=tmp_path)
     assert spec["ulimits"] == container.STACK and spec["device_requests"] == []
 
 
@@ -115,8 +116,8 @@ def test_a_missing_image_is_a_failed_launch_with_the_reason(cell, tmp_path):
     class Client:
         images = Images()
 
-    result = container.run_cell(cell, tmp_path, timeout_s=5, stop=threading.Event(), image="nope:1",
-                                docker_client=Client())
+    result = container.run_cell(launch_request(cell, tmp_path, "cpu", timeout_s=5, image="nope:1"),
+                                stop=threading.Event(), docker_client=Client())
     assert result.returncode is None and "nope:1" in result.error and "scripts/docker-setup" in result.error
 
 

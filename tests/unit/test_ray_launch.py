@@ -77,12 +77,13 @@ def test_shipped_ray_scenarios():
 
 def test_private_cluster_size():
     from suite.launch.ray import _local_size
+    from suite.runner.cell import launch_request
 
     (cell,) = expand(Scenario(**{**BASE, "gpus": 4, "global_batch_size": 16}))
-    nodes, cpus, gpus = _local_size(cell, "cpu")
+    nodes, cpus, gpus = _local_size(launch_request(cell, Path("w"), "cpu"))
     assert nodes == 2 and cpus >= 2 and gpus == 0
     (cell,) = expand(Scenario(**{**BASE, "gpus": 8, "global_batch_size": 16, "ray": {"resources_per_worker": {"CPU": 3, "GPU": 1}}}))
-    assert _local_size(cell, "cuda")[1:] == (12.0, 4)
+    assert _local_size(launch_request(cell, Path("w"), "cuda"))[1:] == (12.0, 4)
 
 
 ray_driver = pytest.importorskip("suite.launch.ray_driver", reason="the ray extra is not installed")

@@ -12,6 +12,7 @@ import time
 import pytest
 from rich.console import Console
 
+from suite.cells import Cell
 from suite.launch import LaunchResult
 from suite.results import store
 from suite.results.schema import RankRecord, SetupTimes
@@ -41,7 +42,8 @@ def world(tmp_path, monkeypatch):
     monkeypatch.setattr(run_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
     calls, behaviour = [], {}
 
-    def fake_launch(cell, workdir, *, timeout_s, stop, on_poll, worker_module, device, **kw):
+    def fake_launch(request, *, stop, on_poll):
+        cell, workdir = Cell.model_validate_json(request.payload.read_text()), request.workdir
         calls.append(cell)
         what = behaviour.get(cell.id, "ok")
         if what == "crash":

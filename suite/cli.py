@@ -210,16 +210,16 @@ def results_show(target: str = typer.Argument(..., help="Run folder, run name, c
     from rich.markup import escape
 
     from suite.console import console, err_console
-    from suite.results import store
+    from suite.results import reader
     from suite.results.show import cell_detail, cells_table, find
 
     try:
         kind, found = find(target, root)
         if kind == "run":
-            console.print(cells_table(store.read_cell_results(found), str(found)))
+            console.print(cells_table(reader.read_cell_results(found), str(found)))
         else:
             console.print(cell_detail(found))
-    except store.StoreError as exc:
+    except reader.StoreError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
 

@@ -21,7 +21,7 @@ def _error(message: str) -> int:
 
 
 def report(paths: list[Path], formats: list[str], out: Path | None, group_by: list[str]) -> int:
-    from suite.report.load import LoadError, load_runs
+    from suite.results.reader import StoreError, load_runs
     from suite.report.plots import PlotError
     from suite.report.render import ReportUsageError, check_options, render
 
@@ -29,7 +29,7 @@ def report(paths: list[Path], formats: list[str], out: Path | None, group_by: li
         check_options(formats, out, group_by)
         runs = load_runs(paths)
         produced = render(runs, formats, out, group_by)
-    except (LoadError, ReportUsageError, PlotError) as exc:
+    except (StoreError, ReportUsageError, PlotError) as exc:
         return _error(str(exc))
     if out is None:
         for text in produced.values():
@@ -46,7 +46,7 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
     from suite.report.compare import ENV_FIELDS, CompareUsageError, compare as run_compare, parse_threshold
     from suite.report.compare_out import print_terminal, to_markdown
     from suite.report.junit import to_junit
-    from suite.report.load import LoadError, load_runs
+    from suite.results.reader import StoreError, load_runs
 
     if fmt not in ("term", "md", "junit"):
         return _error(f"--format {fmt!r} is not one of term, md, junit")
@@ -59,7 +59,7 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
         parsed = dict(parse_threshold(t) for t in thresholds)
         base_runs, cur_runs = load_runs([baseline]), load_runs([current])
         result = run_compare(base_runs, cur_runs, parsed, alpha)
-    except (LoadError, CompareUsageError) as exc:
+    except (StoreError, CompareUsageError) as exc:
         return _error(str(exc))
     if result.matched == 0:
         return _error(f"no cell of {current} is in {baseline} (cells are matched by id): nothing to compare")
@@ -87,13 +87,13 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
 
 def export(paths: list[Path], fmt: str, out: Path) -> int:
     from suite.report.export import to_pytest_benchmark
-    from suite.report.load import LoadError, load_runs
+    from suite.results.reader import StoreError, load_runs
 
     if fmt != "pytest-benchmark":
         return _error(f"--format {fmt!r}: the only export format is pytest-benchmark")
     try:
         doc = to_pytest_benchmark(load_runs(paths))
-    except LoadError as exc:
+    except StoreError as exc:
         return _error(str(exc))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -2,32 +2,21 @@
 
 Cells are matched by id (a hash of the settings that change what is computed, so the same cell in two runs has
 the same id).  When one side holds the cell in several runs, its latest run is used, with all its repeats.
-Per matched cell and metric the verdict is regression, improvement, unchanged, inconclusive or skipped:
-- tokens_per_s / step_time: a regression needs BOTH a relative change beyond the metric's threshold AND a
-  one-sided Mann-Whitney U test on the measured step times (repeats pooled) at level alpha; a big change that
-  the test cannot tell from noise is 'unchanged' (and says so), too few samples 'inconclusive';
-- peak_memory: measured per-rank memory (same scope on both sides) up by more than its tolerance;
-- convergence: a gate that passed now fails;  final_loss: moved (either way) by more than its tolerance —
-  the same cell is the same mathematics, so a lower loss is a change to explain too;
-- status: a cell that ran (ok / gate-failed) now failed, oom, timeout, diverged, infeasible or interrupted.
+Per matched cell and metric the verdict is regression, improvement, unchanged, inconclusive or skipped; each
+metric is one check object in checks.py (status, step_time, tokens_per_s, peak_memory, convergence,
+final_loss), and every check but status is skipped for a cell that did not run on both sides.
 Environment differences that matter are collected for the caller to warn about (or refuse with --strict).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
-from suite.report import stats
-from suite.report.load import Run
-from suite.report.tables import AXES, AXIS_HEADERS, convergence_verdict, fold_status, measured_memory
+from suite.report.axes import AXES, AXIS_HEADERS, varying_axes
+from suite.report.checks import DEFAULT_THRESHOLDS, METRICS, RAN, Check, Side, Verdict, make_checks
+from suite.results.reader import Run
 from suite.results.schema import CellResult
-
-METRICS = ("status", "tokens_per_s", "step_time", "peak_memory", "convergence", "final_loss")
-DEFAULT_THRESHOLDS = {"tokens_per_s": 0.05, "step_time": 0.05, "peak_memory": 0.01, "final_loss": 0.01}
-RAN = ("ok", "gate-failed")
-MIN_SAMPLES = 3  # below this on either side the U test cannot reach alpha = 0.05 at all
 
 
 class CompareUsageError(Exception):
@@ -43,46 +32,6 @@ def parse_threshold(text: str) -> tuple[str, float]:
     if metric not in DEFAULT_THRESHOLDS:
         raise CompareUsageError(f"--threshold {text!r}: unknown metric {metric!r}; metrics: {', '.join(DEFAULT_THRESHOLDS)}")
     return metric, value / 100 if pct else value
-
-
-@dataclass
-class Side:
-    """All repeats of one cell from one run."""
-
-    run: Run
-    results: list[CellResult]
-
-    @property
-    def status(self) -> str:
-        return fold_status(self.results)
-
-    @property
-    def step_times(self) -> list[float]:
-        return [t for r in self.results for t in r.step_times_s]
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        vals = [r.throughput.tokens_per_s for r in self.results if r.throughput]
-        return stats.median(vals) if vals else None
-
-    @property
-    def memory(self) -> tuple[float | None, str | None]:
-        mem = [measured_memory(r) for r in self.results]
-        values = [m for m, _, _ in mem if m is not None]
-        return (max(values) if values else None), mem[0][2]
-
-    @property
-    def final_loss(self) -> float | None:
-        vals = [r.final_loss for r in self.results if r.final_loss is not None and math.isfinite(r.final_loss)]
-        return stats.median(vals) if vals else None
-
-    @property
-    def gates(self) -> dict[str, bool]:
-        out: dict[str, bool] = {}
-        for r in self.results:
-            for g in r.gates:
-                out[g.name] = out.get(g.name, True) and g.passed
-        return out
 
 
 @dataclass
@@ -143,100 +92,22 @@ def describe(result: CellResult, axes: tuple[str, ...] = AXES) -> str:
 
 
 def varying(sides: list[Side]) -> tuple[str, ...]:
-    values: dict[str, set[str]] = {}
-    for side in sides:
-        for a in AXES:
-            values.setdefault(a, set()).add(repr(side.results[0].axes.get(a)))
-    return tuple(a for a in AXES if len(values[a]) > 1) or AXES
+    """The axes that tell the compared cells apart (all of them when none varies)."""
+    return tuple(varying_axes(side.results[0].axes for side in sides)) or AXES
 
 
-def _fmt(v: float | None, spec: str, unit: str = "") -> str:
-    return "-" if v is None else format(v, spec) + unit
+def _finding(cid: str, desc: str, check: Check, v: Verdict) -> Finding:
+    return Finding(cid, desc, check.name, v.verdict, v.baseline, v.current, v.change, v.p_value, v.detail)
 
 
-def _timing(cid: str, desc: str, b: Side, c: Side, thr: dict[str, float], alpha: float) -> list[Finding]:
-    bt, ct = b.step_times, c.step_times
-    bm, cm = (stats.median(bt) if bt else None), (stats.median(ct) if ct else None)
-    btp, ctp = b.tokens_per_s, c.tokens_per_s
-    step = Finding(cid, desc, "step_time", "unchanged", _fmt(bm and bm * 1e3, ",.2f", " ms"), _fmt(cm and cm * 1e3, ",.2f", " ms"))
-    tps = Finding(cid, desc, "tokens_per_s", "unchanged", _fmt(btp, ",.0f"), _fmt(ctp, ",.0f"))
-    if len(bt) < MIN_SAMPLES or len(ct) < MIN_SAMPLES:
-        for f in (step, tps):
-            f.verdict, f.detail = "inconclusive", f"too few measured steps to test (baseline {len(bt)}, current {len(ct)})"
-        return [step, tps]
-    slower = stats.mann_whitney_u(ct, bt, "greater").p_value
-    faster = stats.mann_whitney_u(ct, bt, "less").p_value
-    step.change = cm / bm - 1 if bm else None
-    tps.change = ctp / btp - 1 if btp and ctp is not None else None
-    # a slower step is positive change for step_time and negative for tokens_per_s
-    for f, worse in ((step, step.change), (tps, None if tps.change is None else -tps.change)):
-        limit = thr[f.metric]
-        if worse is None:
-            f.verdict, f.detail = "inconclusive", "no value on one side"
-            continue
-        p = slower if worse > 0 else faster
-        f.p_value = p
-        words = ("slower", "faster") if f.metric == "step_time" else ("lower", "higher")
-        moved = f"{abs(worse):.1%} {words[0] if worse > 0 else words[1]}"
-        if abs(worse) <= limit:
-            f.detail = f"within {limit:.0%}"
-        elif p >= alpha:
-            f.detail = f"{moved} but not significant (p={p:.3g} >= {alpha})"
-        else:
-            f.verdict = "regression" if worse > 0 else "improvement"
-            f.detail = f"{moved} (> {limit:.0%}), p={p:.3g}"
-    return [step, tps]
-
-
-def _compare_cell(cid: str, desc: str, b: Side, c: Side, thr: dict[str, float], alpha: float) -> list[Finding]:
-    bs, cs = b.status, c.status
-    status = Finding(cid, desc, "status", "unchanged", bs, cs)
-    if bs in RAN and cs not in RAN:
-        status.verdict, status.detail = "regression", f"was {bs}, now {cs}: {(c.results[0].error or '')[-200:]}".rstrip(": ")
-    elif bs not in RAN and cs in RAN:
-        status.verdict, status.detail = "improvement", f"was {bs}, now runs"
-    elif bs != cs:
-        status.detail = f"was {bs}, now {cs}"
-    findings = [status]
-    if bs not in RAN or cs not in RAN:
-        why = f"not measured on both sides (baseline {bs}, current {cs})"
-        return findings + [Finding(cid, desc, m, "skipped", "-", "-", detail=why) for m in METRICS[1:]]
-    findings += _timing(cid, desc, b, c, thr, alpha)
-    (bm, bscope), (cm, cscope) = b.memory, c.memory
-    mem = Finding(cid, desc, "peak_memory", "unchanged", _fmt(bm and bm / 2**20, ",.1f", " MiB"),
-                  _fmt(cm and cm / 2**20, ",.1f", " MiB"))
-    if bm is None or cm is None or bscope != cscope:
-        mem.verdict, mem.detail = "inconclusive", f"no like-for-like measurement (baseline {bscope}, current {cscope})"
-    else:
-        mem.change = cm / bm - 1 if bm else None
-        limit = thr["peak_memory"]
-        if mem.change is not None and abs(mem.change) > limit:
-            mem.verdict = "regression" if mem.change > 0 else "improvement"
-            mem.detail = f"{bscope} {'up' if mem.change > 0 else 'down'} {abs(mem.change):.1%} (tolerance {limit:.0%})"
-        else:
-            mem.detail = f"{bscope} within {limit:.0%}"
-    conv = Finding(cid, desc, "convergence", "unchanged", convergence_verdict(b.results) or "-",
-                   convergence_verdict(c.results) or "-")
-    bg, cg = b.gates, c.gates
-    newly_failed = sorted(n for n, ok in cg.items() if not ok and bg.get(n, True))
-    newly_passed = sorted(n for n, ok in cg.items() if ok and bg.get(n) is False)
-    if newly_failed:
-        conv.verdict, conv.detail = "regression", "gate(s) now failing: " + ", ".join(newly_failed)
-    elif newly_passed:
-        conv.verdict, conv.detail = "improvement", "gate(s) now passing: " + ", ".join(newly_passed)
-    bl, cl = b.final_loss, c.final_loss
-    loss = Finding(cid, desc, "final_loss", "unchanged", _fmt(bl, ".5f"), _fmt(cl, ".5f"))
-    if bl is None or cl is None:
-        loss.verdict, loss.detail = "inconclusive", "no finite final loss on one side"
-    else:
-        loss.change = (cl - bl) / abs(bl) if bl else cl - bl
-        limit = thr["final_loss"]
-        if abs(loss.change) > limit:
-            loss.verdict = "regression"
-            loss.detail = f"moved {loss.change:+.2%} (tolerance {limit:.2%}): the same cell computes something else"
-        else:
-            loss.detail = f"within {limit:.2%}"
-    return findings + [mem, conv, loss]
+def _compare_cell(cid: str, desc: str, b: Side, c: Side, checks: list[Check]) -> list[Finding]:
+    """The status check always; the others when the cell ran on both sides, else one 'skipped' each."""
+    findings = [_finding(cid, desc, k, k.check(b, c)) for k in checks if not k.measured_only]
+    if b.status not in RAN or c.status not in RAN:
+        why = f"not measured on both sides (baseline {b.status}, current {c.status})"
+        measured = {k.name for k in checks if k.measured_only}
+        return findings + [Finding(cid, desc, m, "skipped", "-", "-", detail=why) for m in METRICS if m in measured]
+    return findings + [_finding(cid, desc, k, k.check(b, c)) for k in checks if k.measured_only]
 
 
 # What must match for two results to be comparable (the names --ignore-env takes).
@@ -274,7 +145,8 @@ def compare(baseline: list[Run], current: list[Run], thresholds: dict[str, float
     axes = varying(list(b.values()) + list(c.values()))
     desc = {cid: describe(side.results[0], axes) for side_map in (b, c) for cid, side in side_map.items()}
     common = sorted(set(b) & set(c), key=lambda cid: (desc[cid], cid))
-    findings = [f for cid in common for f in _compare_cell(cid, desc[cid], b[cid], c[cid], thr, alpha)]
+    checks = make_checks(thr, alpha)
+    findings = [f for cid in common for f in _compare_cell(cid, desc[cid], b[cid], c[cid], checks)]
     only_b = sorted((cid, desc[cid]) for cid in set(b) - set(c))
     only_c = sorted((cid, desc[cid]) for cid in set(c) - set(b))
     env = environment_diffs([(b[cid], c[cid]) for cid in common])

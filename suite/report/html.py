@@ -10,11 +10,12 @@ import base64
 from html import escape
 from typing import Any
 
-from suite.report.load import Run
+from suite.report.axes import AXIS_HEADERS
 from suite.report.pivots import Pivot
 from suite.report.plots import Plot
-from suite.report.tables import (AXIS_HEADERS, RUN_HEADERS, display_columns, fixed_axes, footnotes, groups, run_table,
+from suite.report.tables import (RUN_HEADERS, display_columns, fixed_axes, footnotes, groups, run_table,
                                  text_table)
+from suite.results.reader import Run
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem; color: #222; }

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite.report.load import Run
+from suite.report.axes import AXIS_HEADERS
 from suite.report.pivots import Pivot
-from suite.report.tables import (AXIS_HEADERS, RUN_HEADERS, display_columns, fixed_axes, footnotes, groups, run_table,
+from suite.report.tables import (RUN_HEADERS, display_columns, fixed_axes, footnotes, groups, run_table,
                                  text_table)
+from suite.results.reader import Run
 
 
 def escape(text: Any) -> str:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from suite.strategies import registry
-from suite.report.tables import AXES, AXIS_HEADERS, CKPT_ORDER, strategy_order, varying_axes
+from suite.report.axes import AXES, AXIS_HEADERS, varying_axes
+from suite.report.tables import CKPT_ORDER, strategy_order
 
 Row = dict[str, Any]
 MEASURED = ("ok", "gate-failed")

@@ -16,7 +16,8 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from suite.report.tables import AXES, BREAKDOWN, PEAK_KEYS, MiB, varying_axes
+from suite.report.axes import AXES, varying_axes
+from suite.report.tables import BREAKDOWN, PEAK_KEYS, MiB
 
 Row = dict[str, Any]
 MAX_BARS, MAX_BOXES, MAX_LINES, MAX_LOSS_FIGURES = 24, 40, 12, 4

@@ -1,7 +1,7 @@
 """`suite report`: stored results -> rows -> pivots (-> plots) -> Markdown / HTML / CSV / JSON.
 
-Pure functions over stored files: load.load_runs reads the run folders, tables/pivots arrange them, and this
-module writes the formats asked for.  With --out DIR every format is a file in DIR (report.md, report.html with
+Pure functions over stored files: suite.results.reader.load_runs reads the run folders, tables/pivots arrange
+them, and this module writes the formats asked for.  With --out DIR every format is a file in DIR (report.md, report.html with
 the plots embedded plus plots/*.png, cells.csv, report.json); without it a single text format goes to stdout.
 """
 
@@ -13,10 +13,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from suite.report.load import Run
+from suite.report.axes import AXES
 from suite.report.markdown import report_markdown
 from suite.report.pivots import pivots as build_pivots
-from suite.report.tables import AXES, COLUMN_KEYS, cell_rows, public
+from suite.report.tables import COLUMN_KEYS, cell_rows, public
+from suite.results.reader import Run
 
 FORMATS = ("md", "html", "csv", "json")
 FILES = {"md": "report.md", "html": "report.html", "csv": "cells.csv", "json": "report.json"}

@@ -15,17 +15,11 @@ from typing import Any, Iterable
 
 from suite.strategies import registry
 from suite.report import stats
-from suite.report.load import Run
+from suite.report.axes import AXES, AXIS_HEADERS, varying_axes
+from suite.results.reader import Run
 from suite.results.schema import CellResult
 
 MiB = 2.0**20
-# Axes in the order cells list them (suite.scenario.AXES), with the short header each gets in a table.
-AXIS_HEADERS = {
-    "model": "model", "seq_len": "seq", "strategy": "strategy", "activation_checkpointing": "ckpt",
-    "precision": "precision", "gpus": "gpus", "nodes": "nodes", "micro_batch_size": "mbs",
-    "global_batch_size": "gbs",
-}
-AXES = tuple(AXIS_HEADERS)
 # Memory categories of the planner (suite.plan.memory.MemoryBreakdown), in stacking order.
 BREAKDOWN = ("parameters", "gradients", "optimizer_states", "master_weights", "activations")
 STATES = BREAKDOWN[:4]  # what ZeRO shards: everything but activations
@@ -223,14 +217,6 @@ def _sort_key(axis: str, value: Any) -> tuple[int, Any, str]:
     if axis == "strategy" and value in (order := strategy_order()):
         return (1, order.index(value), "")
     return (2, 0, str(value))
-
-
-def varying_axes(rows: list[dict[str, Any]]) -> list[str]:
-    """Axes with more than one value among the rows, in AXES order."""
-    if not rows:
-        return []
-    first = rows[0]
-    return [a for a in AXES if any(r.get(a) != first.get(a) for r in rows)]  # stops at the first difference
 
 
 def fixed_axes(rows: list[dict[str, Any]]) -> dict[str, Any]:

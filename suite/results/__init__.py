@@ -1,1 +1,1 @@
-"""Result records (schema.py), run folders (store.py) and provenance (env.py)."""
+"""Result records (schema.py), run folders written (store.py) and read (reader.py), provenance (env.py)."""

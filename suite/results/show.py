@@ -1,6 +1,6 @@
 """Rich tables over stored results (`suite results ls`, `suite results show`, and `suite run`'s summary).
 
-Reads files only (no torch): run folders and cell records written by store.py.
+Reads files only (no torch), through reader.py: run folders and cell records written by store.py.
 """
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from rich.console import Group
 from rich.table import Table
 
 from suite.console import nbytes, si, table
-from suite.results import store
+from suite.report.axes import varying_axes
+from suite.results import reader
 from suite.results.schema import CellResult
 
 STATUS_STYLE = {"ok": "green", "infeasible": "yellow", "gate-failed": "magenta", "interrupted": "yellow"}
@@ -36,7 +36,8 @@ def first_line(error: str | None, limit: int = 160) -> str:
 def _varying_axes(results: list[CellResult]) -> list[str]:
     """Axes whose value differs between the results (the ones worth a column); model always."""
     axes = list(results[0].axes) if results else []
-    return [a for a in axes if a == "model" or len({str(r.axes.get(a)) for r in results}) > 1]
+    varying = set(varying_axes([r.axes for r in results], axes))
+    return [a for a in axes if a == "model" or a in varying]
 
 
 def cells_table(results: list[CellResult], title: str) -> Table:
@@ -70,15 +71,15 @@ def status_counts(results: list[CellResult]) -> dict[str, int]:
 def runs_table(root: Path) -> Table:
     """Every run folder under a results root: scenario, run, time, commit, counts per status."""
     rows = []
-    for run in store.iter_run_dirs(root):
+    for run in reader.iter_run_dirs(root):
         try:
-            m = store.read_manifest(run)
+            m = reader.read_manifest(run)
             when, commit = m.created_at, (m.git_commit or "-")[:7] + ("*" if m.git_dirty else "")
-        except (store.StoreError, ValidationError) as exc:  # listed anyway, with why it is unreadable
+        except reader.StoreError as exc:  # listed anyway, with why it is unreadable
             when, commit = f"unreadable manifest: {str(exc).splitlines()[0][:60]}", "-"
         try:
-            results = store.read_cell_results(run)
-        except (store.StoreError, ValidationError) as exc:
+            results = reader.read_cell_results(run)
+        except reader.StoreError as exc:
             rows.append([run.parent.name, run.name, when, commit, "-", f"unreadable: {str(exc)[:80]}", str(run)])
             continue
         counts = " ".join(f"{k} {v}" for k, v in sorted(status_counts(results).items())) or "no cells yet"
@@ -134,18 +135,18 @@ def find(target: str, root: Path) -> tuple[str, Path | CellResult]:
     """Resolve `results show`'s argument: a run folder, a cell JSON file, a run name, or a cell id (prefix,
     optionally with -r<k>) looked up in the newest run under `root` that has it."""
     path = Path(target)
-    if path.is_dir() and store.is_run_dir(path):
+    if path.is_dir() and reader.is_run_dir(path):
         return "run", path
     if path.is_file():
-        return "cell", store.read_cell_result(path)
-    runs = list(store.iter_run_dirs(root))
+        return "cell", reader.read_cell_result(path)
+    runs = list(reader.iter_run_dirs(root))
     named = [run for run in runs if run.name == target or run.name.startswith(target + "_")]
     if named:
         return "run", named[-1]
     cell, _, rep = target.partition("-r")
     for run in sorted(runs, key=lambda p: p.stat().st_mtime, reverse=True):
-        hits = [p for p in sorted((run / "cells").glob(f"{cell}*.json"))
-                if not rep or p.stem.endswith(f"-r{rep}")]
+        hits = [p for p in reader.cell_files(run)
+                if p.name.startswith(cell) and (not rep or p.stem.endswith(f"-r{rep}"))]
         if hits:
-            return "cell", store.read_cell_result(hits[0])
-    raise store.StoreError(f"{target}: not a run folder, cell file, run name or cell id found under {root}")
+            return "cell", reader.read_cell_result(hits[0])
+    raise reader.StoreError(f"{target}: not a run folder, cell file, run name or cell id found under {root}")

@@ -13,25 +13,21 @@ NNNN is one more than the highest number already in the scenario's folder; the f
 (which fails when it exists), so two runs started at once never share a folder.  Every JSON record is first
 written to a temp file in the same folder, flushed to disk, then linked to its final name: a reader sees
 either nothing or the whole record, and `os.link` refuses an existing name, so no record is ever replaced.
+Reading them back is reader.py's.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
 
-from suite.results.schema import SCHEMA_VERSION, CellResult, Manifest
-
-RUN_NAME = re.compile(r"^(\d{4,})_([0-9a-z]+)_(\d{8}T\d{6}Z)$")
-
-
-class StoreError(Exception):
-    """A run folder or record that cannot be created or read; the message names the path."""
+# Reading lives in reader.py (one reader for every command); the names the runner reads through are re-exported.
+from suite.results.reader import (RUN_NAME, StoreError, is_run_dir, iter_run_dirs, latest_run_dir,  # noqa: F401
+                                  read_cell_result, read_cell_results, read_manifest)
+from suite.results.schema import CellResult, Manifest
 
 
 def utc_stamp(now: datetime | None = None) -> str:
@@ -109,38 +105,8 @@ def write_cell_result(run: Path, result: CellResult) -> Path:
     return write_atomic(cell_path(run, result.cell_id, result.repeat), result.model_dump_json(indent=1))
 
 
-def _check_version(path: Path, data: dict) -> None:
-    version = data.get("schema_version", 0)
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"{path}: schema_version {version} is newer than this suite's {SCHEMA_VERSION}; upgrade suite")
-
-
-def read_cell_result(path: Path) -> CellResult:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{path}: cannot read cell result: {exc}") from exc
-    _check_version(path, data)
-    return CellResult.model_validate(data)
-
-
-def read_cell_results(run: Path) -> list[CellResult]:
-    """Every cell result of a run folder, in file-name order (temp files are skipped)."""
-    return [read_cell_result(p) for p in sorted((Path(run) / "cells").glob("*.json")) if not p.name.startswith(".")]
-
-
 def write_manifest(run: Path, manifest: Manifest, name: str = "manifest.json") -> Path:
     return write_atomic(Path(run) / name, manifest.model_dump_json(indent=1))
-
-
-def read_manifest(run: Path) -> Manifest:
-    path = Path(run) / "manifest.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{path}: cannot read manifest: {exc}") from exc
-    _check_version(path, data)
-    return Manifest.model_validate(data)
 
 
 def next_resume_name(run: Path) -> str:
@@ -155,22 +121,3 @@ def append_runlog(run: Path, event: str, **fields) -> None:
     line = json.dumps({"event": event, "t": datetime.now(timezone.utc).timestamp(), **fields}, default=str)
     with open(Path(run) / "runlog.jsonl", "a", encoding="utf-8") as f:
         f.write(line + "\n")
-
-
-def iter_run_dirs(root: Path) -> Iterator[Path]:
-    """Run folders under a results root (results/<scenario>/<run>/), oldest number first per scenario."""
-    root = Path(root)
-    if not root.is_dir():
-        return
-    for scenario in sorted(p for p in root.iterdir() if p.is_dir()):
-        runs = [p for p in scenario.iterdir() if p.is_dir() and RUN_NAME.match(p.name)]
-        yield from sorted(runs, key=lambda p: int(RUN_NAME.match(p.name).group(1)))
-
-
-def latest_run_dir(root: Path, scenario: str) -> Path | None:
-    runs = [p for p in iter_run_dirs(root) if p.parent.name == scenario]
-    return runs[-1] if runs else None
-
-
-def is_run_dir(path: Path) -> bool:
-    return Path(path).is_dir() and (Path(path) / "cells").is_dir() and RUN_NAME.match(Path(path).name) is not None

@@ -8,7 +8,7 @@ import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
 from suite.report.compare import compare, parse_threshold, CompareUsageError
-from suite.report.load import load_runs
+from suite.results.reader import load_runs
 from suite.results.schema import Gate
 
 PASS = [Gate(name="match", passed=True, detail="within rtol")]

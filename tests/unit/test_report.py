@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
-from suite.report.load import load_runs
+from suite.results.reader import load_runs
 from suite.report.pivots import pivots
 from suite.report.tables import COLUMN_KEYS, cell_rows
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
-from suite.report.load import Run, load_runs
+from suite.results.reader import Run, load_runs
 from suite.report.markdown import report_markdown
 from suite.report.pivots import pivots
 from suite.report.render import to_csv

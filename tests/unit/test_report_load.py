@@ -1,4 +1,4 @@
-"""suite.report.load: finding run folders under any path, validating records, refusing newer schemas."""
+"""suite.results.reader as report, compare and export use it: run folders under any path, records validated, newer refused."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
-from suite.report.load import LoadError, find_run_dirs, load_runs
+from suite.results.reader import StoreError as LoadError, find_run_dirs, load_runs
 from suite.results.schema import SCHEMA_VERSION
 
 

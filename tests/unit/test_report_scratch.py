@@ -9,7 +9,7 @@ import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
 from suite.cells import load_cells
-from suite.report.load import load_runs
+from suite.results.reader import load_runs
 from suite.report.markdown import report_markdown
 from suite.report.pivots import pivots
 from suite.report.tables import cell_rows

@@ -1,0 +1,164 @@
+"""The one reader of stored results: finding run folders, and loading their manifests and cell results.
+
+Every command that reads results goes through here: `suite results ls/show`, `report`, `compare`, `export`
+and `run --resume`.  store.py (the writer) re-exports the read functions the runner uses.
+
+A run folder is a folder named <NNNN>_<gitsha7>_<utc> (RUN_NAME); store.create_run_dir makes it, with cells/
+and work/, and the runner writes scenario.yaml and manifest.json into it right after.  Run folders are found
+by that name, and only by it, in one of two scopes:
+- iter_run_dirs(root): the runs of a results root, root/<scenario>/<run> (`results ls/show`, the latest run
+  that `--resume` continues); a run without a readable manifest is still listed, so `ls` can say so;
+- find_run_dirs(path): the runs at or below any path (a run folder, a scenario folder, a results tree) that
+  hold their manifest.json (`report`, `compare`, `export`): a run folder without one is a run still starting,
+  or one killed while starting, and has nothing to read yet.
+Every record is validated against suite.results.schema; one without schema_version is version 1 (the first);
+one written by a newer suite is refused rather than misread.  This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from suite.results.schema import SCHEMA_VERSION, CellResult, Manifest
+
+RUN_NAME = re.compile(r"^(\d{4,})_([0-9a-z]+)_(\d{8}T\d{6}Z)$")
+MANIFEST = "manifest.json"
+DEFAULT_SCHEMA_VERSION = 1  # records from before the field existed are the first version's
+Record = TypeVar("Record", bound=BaseModel)
+
+
+class StoreError(Exception):
+    """A run folder or record that cannot be created or read; the message names the path."""
+
+
+@dataclass
+class Run:
+    """One run folder: its manifest, its cell results (sorted by cell id, repeat) and where it lives."""
+
+    path: Path
+    manifest: Manifest
+    results: list[CellResult] = field(default_factory=list)
+    scenario_yaml: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Short name for tables: <scenario>/<NNNN> (the run number is unique within a scenario folder)."""
+        return f"{self.manifest.scenario}/{self.manifest.run_id.split('_')[0]}"
+
+
+def read_record(model: type[Record], path: Path, what: str) -> Record:
+    """One JSON record of `model` (`what` names it in errors): unreadable, newer or invalid -> StoreError."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"{path}: cannot read {what}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise StoreError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version", DEFAULT_SCHEMA_VERSION)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise StoreError(f"{path}: schema_version {version!r} is newer than this suite reads ({SCHEMA_VERSION}); "
+                         "upgrade suite to read it")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<record>'}: {e['msg']}" for e in exc.errors())
+        raise StoreError(f"{path}: not a valid {model.__name__}: {problems}") from exc
+
+
+def read_cell_result(path: Path) -> CellResult:
+    return read_record(CellResult, path, "cell result")
+
+
+def cell_files(run: Path) -> list[Path]:
+    """A run's cells/*.json in file-name order; hidden names are skipped (write_atomic's temp files)."""
+    cells = Path(run) / "cells"
+    if not cells.is_dir():
+        return []
+    return [f for f in sorted(cells.iterdir()) if f.suffix == ".json" and not f.name.startswith(".") and f.is_file()]
+
+
+def read_cell_results(run: Path) -> list[CellResult]:
+    """Every cell result of a run folder, in file-name order."""
+    return [read_cell_result(f) for f in cell_files(run)]
+
+
+def read_manifest(run: Path) -> Manifest:
+    return read_record(Manifest, Path(run) / MANIFEST, "manifest")
+
+
+def is_run_name(name: str) -> bool:
+    return RUN_NAME.match(name) is not None
+
+
+def run_number(path: Path) -> int:
+    return int(RUN_NAME.match(Path(path).name).group(1))
+
+
+def is_run_dir(path: Path) -> bool:
+    """A run folder that holds cells/ (what `results show` and `--resume` accept as a folder given to them)."""
+    path = Path(path)
+    return path.is_dir() and (path / "cells").is_dir() and is_run_name(path.name)
+
+
+def iter_run_dirs(root: Path) -> Iterator[Path]:
+    """Run folders of a results root (root/<scenario>/<run>/), oldest number first per scenario."""
+    root = Path(root)
+    if not root.is_dir():
+        return
+    for scenario in sorted(p for p in root.iterdir() if p.is_dir()):
+        yield from sorted((p for p in scenario.iterdir() if p.is_dir() and is_run_name(p.name)), key=run_number)
+
+
+def latest_run_dir(root: Path, scenario: str) -> Path | None:
+    runs = [p for p in iter_run_dirs(root) if p.parent.name == scenario]
+    return runs[-1] if runs else None
+
+
+def find_run_dirs(path: Path) -> list[Path]:
+    """Every run folder with its manifest at or below path, sorted by path."""
+    path = Path(path)
+    if not path.exists():
+        raise StoreError(f"{path}: no such file or folder")
+    if not path.is_dir():
+        raise StoreError(f"{path}: not a folder (give a run folder, a scenario folder or a results tree)")
+    found = []
+    for dirpath, dirnames, _ in os.walk(path):
+        here = Path(dirpath)
+        if is_run_name(here.name):
+            dirnames[:] = []  # a run folder holds no further runs
+            if (here / MANIFEST).is_file():
+                found.append(here)
+            continue
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    return sorted(found)
+
+
+def load_run(path: Path) -> Run:
+    """One run folder: its manifest and every cell result, sorted by (cell id, repeat)."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    results = sorted(read_cell_results(path), key=lambda r: (r.cell_id, r.repeat))
+    scenario = path / "scenario.yaml"
+    return Run(path, manifest, results, scenario.read_text(encoding="utf-8") if scenario.is_file() else None)
+
+
+def load_runs(paths: Iterable[Path | str]) -> list[Run]:
+    """All runs under the given paths, each once, oldest first (by manifest created_at, then run id)."""
+    seen: dict[Path, Run] = {}
+    for p in paths:
+        dirs = find_run_dirs(Path(p))
+        if not dirs:
+            raise StoreError(f"{p}: no run folders (<NNNN>_<sha>_<utc> folders with a manifest.json) found below it")
+        for d in dirs:
+            key = d.resolve()
+            if key not in seen:
+                seen[key] = load_run(d)
+    return sorted(seen.values(), key=lambda r: (r.manifest.created_at, r.manifest.run_id, str(r.path)))

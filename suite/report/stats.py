@@ -1,4 +1,4 @@
-"""Small statistics in pure Python: quantiles, and the Mann-Whitney U test that `compare` relies on.
+"""Small statistics in pure Python: the quantile all of suite uses, and the Mann-Whitney U test `compare` needs.
 
 Why Mann-Whitney rather than a t-test: step times are not normal.  They have a floor (the work itself) and a
 long right tail (a page fault, a collective that waited on a straggler, a GC pause), so a few slow steps pull
@@ -29,7 +29,12 @@ Alternative = Literal["greater", "less", "two-sided"]
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    """The q-quantile with linear interpolation between order statistics (numpy's default, "type 7")."""
+    """The q-quantile with linear interpolation between order statistics (numpy's default, "type 7").
+
+    The one quantile of suite: step-time percentiles of a cell (runner.aggregate.percentile) and the report's
+    pooled medians and p90s.  It is statistics.quantiles(method="inclusive") at any q (tested against it); the
+    standard library only gives the n-1 cut points i/n, and refuses a single value before Python 3.13.
+    """
     if not values:
         raise ValueError("quantile of an empty sample")
     if not 0.0 <= q <= 1.0:

@@ -17,10 +17,10 @@ Conventions (stated once, used by every result):
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 from suite.plan.flops import PEAK_SOURCE, peak_flops
+from suite.report.stats import quantile
 from suite.results.schema import MemoryComparison, Mfu, Overhead, RankRecord, StepStats, Throughput
 
 MFU_FORMULA = ("MFU = flops_per_token x tokens_per_s_per_device / peak_flops; "
@@ -28,13 +28,8 @@ MFU_FORMULA = ("MFU = flops_per_token x tokens_per_s_per_device / peak_flops; "
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default method), q in [0, 100]."""
-    if not values:
-        raise ValueError("percentile of no values")
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    """The q-th percentile, q in [0, 100]: stats.quantile at q / 100 (numpy's default linear method)."""
+    return quantile(values, q / 100.0)
 
 
 def measured_steps(record: RankRecord) -> list[float]:

@@ -35,6 +35,13 @@ def test_percentile_matches_linear_interpolation():
         agg.percentile([], 50)
 
 
+def test_percentile_is_the_report_quantile():
+    from suite.report.stats import quantile
+
+    xs = [0.7, 0.1, 0.4, 0.9, 0.25, 0.33]
+    assert all(agg.percentile(xs, q) == quantile(xs, q / 100) for q in (0, 10, 25, 50, 90, 99, 100))
+
+
 def test_step_stats_exclude_warmup():
     r = _record()
     times = agg.measured_steps(r)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
@@ -19,6 +20,15 @@ def test_quantile_interpolates_linearly():
     assert quantile([7.0], 0.1) == 7.0
     with pytest.raises(ValueError):
         quantile([], 0.5)
+
+
+def test_quantile_is_the_standard_librarys_inclusive_method():
+    # statistics.quantiles(method="inclusive") is numpy's linear (type 7) definition at the cut points i/n
+    data = [0.3, 1.7, 0.2, 5.5, 2.25, 9.0, 4.4, 4.4]
+    cuts = statistics.quantiles(data, n=100, method="inclusive")
+    for p in range(1, 100):
+        assert quantile(data, p / 100) == pytest.approx(cuts[p - 1], rel=1e-12, abs=1e-12)
+    assert quantile(data, 0.0) == min(data) and quantile(data, 1.0) == max(data)
 
 
 def test_ranks_average_ties():

@@ -4,7 +4,10 @@
 
 main.py      run_worker(cell, out_dir) -> RankRecord: setup, train, measure, write, exit status
 dist.py      the rank's identity from torchrun's variables, device choice, process group
-loop.py      one optimizer step (micro-batches, no_sync, mixed precision) and the timed loop
+loop.py      the Trainer: one optimizer step (micro-batches, no_sync, mixed precision), the timed loop, and
+             the loss curve and step times it owns (state_dict / load_state_dict for a resumed run)
 measure.py   byte counts, device facts, the MemTracker peaks pass, atomic record and event writing
-faults.py    SUITE_FAULT fault injection for the runner's tests
+faults.py    SUITE_FAULT fault injection for the runner's tests: one hook object the loop calls
+ray_entry.py Ray Train's training function: run_worker with hooks that checkpoint and resume
+ray_checkpoint.py  full-state-dict checkpoints any strategy writes and reads
 """

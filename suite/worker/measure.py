@@ -25,6 +25,7 @@ import torch
 from pydantic import BaseModel
 
 from suite.results.schema import CudaMemory, PeakMemory
+from suite.strategies.base import Parallel
 
 
 # ----------------------------------------------------------------------------------------------- device facts
@@ -84,7 +85,7 @@ def _category_peak_tracker(base: type) -> type:
     return CategoryPeaks
 
 
-def measure_peaks(par, run_step: Callable[[Callable[[], None]], None], steps: int = 2) -> PeakMemory:
+def measure_peaks(par: Parallel, run_step: Callable[[Callable[[], None]], None], steps: int = 2) -> PeakMemory:
     """Run `steps` training steps under the memory tracker; `run_step(between)` runs one step and calls
     `between()` after every micro-batch's backward (the tracker needs its per-iteration stats reset)."""
     optimizer = getattr(par.optimizer, "optim", par.optimizer)  # ZeroRedundancyOptimizer: the local one

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from suite.device import resolve_device as resolve_device_kind
 from suite.launch import DEFAULT_WORKER, LaunchRequest, LaunchResult
 from suite.plan import predict
 from suite.results.schema import CellResult, RankInfo, RankRecord
@@ -35,9 +36,7 @@ EXIT_CODES = {3: "diverged", 4: "oom", 1: "failed"}
 
 
 def resolve_device(cell, gpu_count: int) -> str:
-    if cell.device == "auto":
-        return "cuda" if gpu_count > 0 else "cpu"
-    return cell.device
+    return resolve_device_kind(cell.device, gpu_count)
 
 
 def launch_request(cell, workdir: Path, device: str, *, worker_module: str = DEFAULT_WORKER,

@@ -33,7 +33,7 @@ import yaml
 from suite.cells import Cell, expand, load_cells
 from suite.launch import DEFAULT_WORKER, LaunchResult, launch
 from suite.plan import predict
-from suite.results import store
+from suite.results import reader, store
 from suite.results.env import build_manifest, git_info, torch_info
 from suite.results.schema import FINAL_STATUSES, CellResult
 from suite.runner.cell import (
@@ -105,15 +105,15 @@ def _open(file: Path | None, opts: RunOptions) -> tuple[Path | None, Scenario, l
         if file is None:
             raise RunError("--resume needs the scenario file or a run folder")
         name = load_scenario(file)[0].name
-        run_dir = store.latest_run_dir(opts.results, name)
+        run_dir = reader.latest_run_dir(opts.results, name)
         if run_dir is None:
             raise RunError(f"--resume: no run folder of scenario {name!r} under {opts.results}")
-    if not store.is_run_dir(run_dir):
+    if not reader.is_run_dir(run_dir):
         raise RunError(f"--resume: {run_dir} is not a run folder (NNNN_sha_utc with cells/)")
     stored = Scenario.model_validate(yaml.safe_load((run_dir / "scenario.yaml").read_text(encoding="utf-8")))
     if file is not None and load_scenario(file)[0].model_dump(mode="json") != stored.model_dump(mode="json"):
         raise RunError(f"--resume: {file} differs from {run_dir}/scenario.yaml; start a new run instead")
-    saved = store.read_manifest(run_dir).extra.get("options", {})
+    saved = reader.read_manifest(run_dir).extra.get("options", {})
     return run_dir, stored, expand(stored), saved
 
 

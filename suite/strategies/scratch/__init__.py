@@ -11,5 +11,6 @@ native ones in suite/strategies/:
     zero3.py        scratch-zero3         + parameters sharded, each block gathered just before its use
 
 Twins (the same mathematics, so the same loss curve in fp32): scratch-dp* ~ ddp, scratch-zeroN ~ zeroN.
-common.py holds what they share: flat buckets and byte counting that counts aliased memory once.
+common.py holds what they share: flat buckets, the Bucket / BucketReducer that sends a bucket the moment its
+last gradient is ready (overlap, bucketed, zero2, zero3), and byte counting that counts aliased memory once.
 """

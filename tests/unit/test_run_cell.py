@@ -70,3 +70,36 @@ def test_infeasible_memory_and_devices():
     assert infeasible_reason(auto, predict(auto), gpu_count=0) is None  # 2 CPU ranks are fine
     many = _cell(device="cpu", gpus=1024, global_batch_size=2048)
     assert "CPU ranks" in infeasible_reason(many, predict(many), gpu_count=0)
+
+
+def test_ray_ranks_on_the_wrong_nodes_fail_the_cell_from_their_records(tmp_path):
+    """The runner, not the Ray launcher, checks placement: `nodes` distinct node ids in the rank records."""
+    from suite.runner.cell import build_result
+
+    cell = _cell(launcher="ray", nodes=2, device="cpu")
+    run_dir = tmp_path
+    work = run_dir / "work" / "w"
+    work.mkdir(parents=True)
+    for rank, node in enumerate(["n0", "n0"]):
+        record = _rec(rank).model_copy(update={"node_id": node, "restarts": 1})
+        (work / f"rank{rank}.json").write_text(record.model_dump_json())
+    launched = LaunchResult(launcher="ray", returncode=0, started=1.0, ended=2.0, extra={"ray": {"attempts": 2}})
+    result = build_result(cell, 0, launched, work, run_dir, "cpu", "manifest.json")
+    problem = "placement: ranks ran on 1 distinct node(s), the cell says nodes: 2"
+    assert result.status == "failed"
+    assert result.error == f"launcher exit code 1 although every rank recorded ok\n{problem}"
+    assert result.extra["ray"] == {"attempts": 2, "placement_error": problem} and result.restarts == 1
+    (work / "rank1.json").write_text(_rec(1).model_copy(update={"node_id": "n1"}).model_dump_json())
+    assert build_result(cell, 0, launched, work, run_dir, "cpu", "manifest.json").status == "ok"
+
+
+def test_launch_request_carries_what_launchers_read_of_a_cell(tmp_path):
+    from suite.runner.cell import launch_request, write_payload
+
+    cell = _cell(launcher="ray", nodes=2, ray={"resources_per_worker": {"CPU": 2}})
+    req = write_payload(cell, launch_request(cell, tmp_path, "cpu", image="img", ray_address="h:1"))
+    assert (req.launcher, req.gpus, req.nodes, req.threads_per_rank, req.label) == ("ray", 2, 2, 1, cell.id)
+    assert req.image is None and req.ray_address == "h:1" and req.resources_per_worker == {"CPU": 2}
+    assert req.timeout_s == cell.timeout_s and req.payload.read_text() == cell.model_dump_json(indent=1)
+    plain = launch_request(_cell(), tmp_path, "cpu", image="img", ray_address="h:1")
+    assert plain.launcher == "container" and plain.image == "img" and plain.ray_address is None

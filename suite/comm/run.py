@@ -21,6 +21,7 @@ from suite.comm.busbw import DEFAULT_OPS
 from suite.comm.launch import CommError, launch
 from suite.comm.record import CommArgs, CommRun
 from suite.comm.sizes import CommArgError, parse_ops, parse_sizes
+from suite.device import resolve_device
 from suite.results.env import build_manifest, git_info, torch_info
 from suite.results.store import create_run_dir, write_atomic, write_manifest
 
@@ -36,8 +37,7 @@ def resolve(device: str, gpus: int | None, cuda_devices: list[str]) -> tuple[str
         raise CommArgError(f"--device: {device!r} is not one of auto, cuda, cpu")
     if gpus is not None and gpus < 1:
         raise CommArgError(f"--gpus: {gpus} ranks; need at least 1")
-    if device == "auto":
-        device = "cuda" if cuda_devices else "cpu"
+    device = resolve_device(device, len(cuda_devices))
     if device == "cpu":
         return "cpu", "gloo", gpus or CPU_DEFAULT_RANKS
     if not cuda_devices:

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from suite.device import resolve_device
+
 
 @dataclass(frozen=True)
 class Rank:
@@ -33,10 +35,7 @@ class Rank:
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
     """auto = this rank's GPU (cuda:LOCAL_RANK) when CUDA is available, else the CPU."""
-    if requested not in ("auto", "cuda", "cpu"):
-        raise ValueError(f"device {requested!r} is unknown; expected auto, cuda or cpu")
-    use_cuda = torch.cuda.is_available() if requested == "auto" else requested == "cuda"
-    if not use_cuda:
+    if resolve_device(requested, torch.cuda.device_count() if torch.cuda.is_available() else 0) == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise RuntimeError("device: cuda was requested but torch.cuda.is_available() is False on this machine")

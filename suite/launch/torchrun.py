@@ -16,6 +16,8 @@ torchrun's group does not reach the workers, and killing torchrun hard orphans t
 3. to stop a cell (timeout, Ctrl-C): SIGTERM to every remembered process and its process group, waits a grace
    period, then SIGKILLs whatever is left, and reaps it;
 4. after a normal exit, kills any remembered process still alive (recorded in extra["stray_killed"]).
+The watching, the deadline and the SIGTERM -> grace -> SIGKILL order are suite/launch/supervise.py's, as for
+every launcher; `TreeHandle` here says what "every process of the cell" is.
 """
 
 from __future__ import annotations

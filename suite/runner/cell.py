@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -126,10 +125,8 @@ def classify(launch: LaunchResult, records: list[RankRecord], world: int,
              problems: list[str] | None = None, placement: str | None = None) -> tuple[str, str | None]:
     """(status, error) of a launched cell; see the module docstring for the rules.
 
-    `placement`: what placement_problem found wrong (launcher: ray).  The launch is then classified as a
-    launcher failure (exit code 1) whose error is the placement problem, whatever its process exited with."""
-    if placement:
-        launch = replace(launch, returncode=1, error=placement)
+    `placement`: what placement_problem found wrong (launcher: ray).  Every rank may have finished, but the
+    cell measured another layout than it names, so it fails with the placement problem as its error."""
     if launch.interrupted:
         return "interrupted", launch.error or "interrupted"
     if launch.timed_out:
@@ -147,6 +144,8 @@ def classify(launch: LaunchResult, records: list[RankRecord], world: int,
         status = EXIT_CODES.get(launch.returncode, "failed") if launch.returncode else "failed"
         why = "; ".join(problems or []) or f"rank(s) {missing} wrote no record"
         return status, f"{why} (launcher exit code {launch.returncode})\n{launch.error or ''}".rstrip()
+    if placement:
+        return "failed", placement
     if launch.returncode != 0:
         return "failed", f"launcher exit code {launch.returncode} although every rank recorded ok\n{launch.error or ''}"
     return "ok", None

@@ -37,6 +37,7 @@ from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Sc
 from ray.train.torch import TorchConfig, TorchTrainer  # noqa: E402
 
 from suite.cells import Cell  # noqa: E402
+from suite.device import resolve_device as device_kind  # noqa: E402
 from suite.results.schema import RankRecord  # noqa: E402
 from suite.worker import ray_checkpoint, ray_entry  # noqa: E402
 
@@ -112,9 +113,9 @@ def _find_rank_failed(exc: BaseException | None) -> ray_entry.RankFailed | None:
 
 
 def resolve_device(cell: Cell) -> str:
-    if cell.device != "auto":
-        return cell.device
-    return "cuda" if ray.cluster_resources().get("GPU", 0) > 0 else "cpu"
+    """suite.device's rule, with the cluster's GPUs as the count (asked only when it matters)."""
+    gpus = ray.cluster_resources().get("GPU", 0) if cell.device == "auto" else 0
+    return device_kind(cell.device, int(gpus))
 
 
 def place(cell: Cell, per_worker: dict[str, float], strategy: str) -> tuple[str, list[dict] | None, list[str]]:

@@ -84,6 +84,9 @@ class Check:
     threshold: float | None = None
     alpha: float = 0.05
     name: ClassVar[str] = ""
+    # where thresholds and skipped checks list this metric (an order older than CHECKS'; kept so outputs stay
+    # put); a new check may leave it: it is listed last
+    listed_at: ClassVar[int] = 100
     default_threshold: ClassVar[float | None] = None  # set: the check takes --threshold NAME=VALUE
     measured_only: ClassVar[bool] = True  # skipped unless the cell ran (ok / gate-failed) on both sides
 
@@ -95,6 +98,7 @@ class StatusCheck(Check):
     """A cell that ran (ok / gate-failed) now failed, oom, timeout, diverged, infeasible or interrupted."""
 
     name = "status"
+    listed_at = 0
     measured_only = False
 
     def check(self, baseline: Side, current: Side) -> Verdict:
@@ -158,6 +162,7 @@ def _median_step(side: Side) -> float | None:
 
 class StepTimeCheck(_TimingCheck):
     name = "step_time"
+    listed_at = 2
     words = ("slower", "faster")
 
     def shown(self, side: Side) -> str:
@@ -171,6 +176,7 @@ class StepTimeCheck(_TimingCheck):
 
 class TokensPerSCheck(_TimingCheck):
     name = "tokens_per_s"
+    listed_at = 1
     words = ("lower", "higher")
 
     def shown(self, side: Side) -> str:
@@ -188,6 +194,7 @@ class PeakMemoryCheck(Check):
     """Measured per-rank memory, same scope on both sides, up (or down) by more than the tolerance."""
 
     name = "peak_memory"
+    listed_at = 3
     default_threshold = 0.01
 
     def check(self, baseline: Side, current: Side) -> Verdict:
@@ -210,6 +217,7 @@ class ConvergenceCheck(Check):
     """A gate that passed (or was absent) now fails; one that failed now passes."""
 
     name = "convergence"
+    listed_at = 4
 
     def check(self, baseline: Side, current: Side) -> Verdict:
         v = Verdict("unchanged", convergence_verdict(baseline.results) or "-",
@@ -228,6 +236,7 @@ class FinalLossCheck(Check):
     """The final loss moved, either way, by more than the tolerance: the same cell is the same mathematics."""
 
     name = "final_loss"
+    listed_at = 5
     default_threshold = 0.01
 
     def check(self, baseline: Side, current: Side) -> Verdict:
@@ -249,8 +258,8 @@ class FinalLossCheck(Check):
 # Every check, in the order a matched cell's findings list them.
 CHECKS: tuple[type[Check], ...] = (StatusCheck, StepTimeCheck, TokensPerSCheck, PeakMemoryCheck, ConvergenceCheck,
                                    FinalLossCheck)
-# The order thresholds and skipped checks are listed in (older than CHECKS' order; kept so outputs stay put).
-METRICS = ("status", "tokens_per_s", "step_time", "peak_memory", "convergence", "final_loss")
+# The order thresholds and skipped checks are listed in (each check's listed_at).
+METRICS = tuple(c.name for c in sorted(CHECKS, key=lambda c: c.listed_at))
 DEFAULT_THRESHOLDS = {m: c.default_threshold for m in METRICS for c in CHECKS
                       if c.name == m and c.default_threshold is not None}
 

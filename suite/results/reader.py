@@ -123,7 +123,8 @@ def latest_run_dir(root: Path, scenario: str) -> Path | None:
 
 
 def find_run_dirs(path: Path) -> list[Path]:
-    """Every run folder with its manifest at or below path, sorted by path."""
+    """Every run folder at or below path, sorted: a folder holding manifest.json, whatever its name (a copied
+    baseline may be renamed), or an NNNN_sha_utc folder (one whose manifest is not written yet is skipped)."""
     path = Path(path)
     if not path.exists():
         raise StoreError(f"{path}: no such file or folder")
@@ -132,7 +133,7 @@ def find_run_dirs(path: Path) -> list[Path]:
     found = []
     for dirpath, dirnames, _ in os.walk(path):
         here = Path(dirpath)
-        if is_run_name(here.name):
+        if (here / MANIFEST).is_file() or is_run_name(here.name):
             dirnames[:] = []  # a run folder holds no further runs
             if (here / MANIFEST).is_file():
                 found.append(here)
@@ -156,7 +157,7 @@ def load_runs(paths: Iterable[Path | str]) -> list[Run]:
     for p in paths:
         dirs = find_run_dirs(Path(p))
         if not dirs:
-            raise StoreError(f"{p}: no run folders (<NNNN>_<sha>_<utc> folders with a manifest.json) found below it")
+            raise StoreError(f"{p}: no run folders (folders with a manifest.json) found below it")
         for d in dirs:
             key = d.resolve()
             if key not in seen:

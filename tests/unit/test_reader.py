@@ -1,4 +1,5 @@
-"""suite.results.reader: run folders are found by their NNNN_sha_utc name; reading needs the manifest."""
+"""suite.results.reader: ls/show/--resume know run folders by their NNNN_sha_utc name; report, compare and
+export read every folder that holds a manifest."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def test_a_run_folder_is_known_by_its_name(root):
     first = root / "smoke" / "0001_abc1234_20250101T000000Z"
     (renamed / "manifest.json").write_text((first / "manifest.json").read_text())  # a manifest, not a run name
     assert [p.name for p in reader.iter_run_dirs(root)] == ["0001_abc1234_20250101T000000Z", starting.name]
-    assert [p.name for p in reader.find_run_dirs(root)] == ["0001_abc1234_20250101T000000Z"]  # has a manifest
-    assert [r.label for r in reader.load_runs([root])] == ["smoke/0001"]
+    # report/compare/export: a folder with a manifest, whatever its name (a renamed copy of a baseline)
+    assert [p.name for p in reader.find_run_dirs(root)] == ["0001_abc1234_20250101T000000Z", "mine"]
+    assert [p.name for p in reader.find_run_dirs(renamed)] == ["mine"]
     with pytest.raises(reader.StoreError, match="no run folders"):
         reader.load_runs([starting])
     assert reader.is_run_dir(starting) and not reader.is_run_dir(renamed)

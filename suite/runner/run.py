@@ -213,11 +213,11 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
     workdir = store.create_work_dir(s.run_dir, cell.id, repeat)
     store.append_runlog(s.run_dir, "cell_start", cell=cell.id, repeat=repeat, work_dir=workdir.name)
     progress.start_cell(cell, repeat, workdir)
-    request = write_payload(cell, launch_request(cell, workdir, device, worker_module=s.worker, image=s.image,
-                                                 ray_address=s.ray_address))
-    try:
-        launched = launch(request, stop=stop, on_poll=progress.poll)
-    except Exception as exc:  # a launcher bug fails this cell (traceback kept), never the whole run
+    request = launch_request(cell, workdir, device, worker_module=s.worker, image=s.image,
+                             ray_address=s.ray_address)
+    try:  # writing the payload (a full disk) or a launcher bug fails this cell (traceback kept), never the run
+        launched = launch(write_payload(cell, request), stop=stop, on_poll=progress.poll)
+    except Exception as exc:
         launched = LaunchResult(launcher=request.launcher, returncode=None,
                                 error=f"the launcher raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     result = build_result(cell, repeat, launched, workdir, s.run_dir, device, s.name,

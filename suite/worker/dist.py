@@ -35,7 +35,9 @@ class Rank:
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
     """auto = this rank's GPU (cuda:LOCAL_RANK) when CUDA is available, else the CPU."""
-    if resolve_device(requested, torch.cuda.device_count() if torch.cuda.is_available() else 0) == "cpu":
+    # CUDA is asked only for auto: a cpu cell on a GPU host must not start the CUDA driver in every rank
+    gpus = torch.cuda.device_count() if requested == "auto" and torch.cuda.is_available() else 0
+    if resolve_device(requested, gpus) == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise RuntimeError("device: cuda was requested but torch.cuda.is_available() is False on this machine")

@@ -264,7 +264,17 @@ def export(results: List[Path] = typer.Argument(..., help="Run folders, scenario
 
 
 def main() -> None:
-    app()
+    from suite.strategies.registry import PluginError
+
+    try:
+        app()
+    except PluginError as exc:  # a bad SUITE_PLUGINS: a clean error, whichever command met it first
+        from rich.markup import escape
+
+        from suite.console import err_console
+
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

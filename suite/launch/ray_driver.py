@@ -45,7 +45,7 @@ NODE_WAIT_S = 90.0  # nodes may still be joining a freshly started cluster
 NODE_ID_LABEL = "ray.io/node-id"
 # Passed to the worker actors through the training function's config (actors inherit the raylet's environment,
 # not the driver's); not through a runtime_env, which would make Ray start fresh worker processes for it.
-WORKER_ENV = ("PYTHONPATH", "SUITE_FAULT")
+WORKER_ENV = ("PYTHONPATH", "SUITE_FAULT", "SUITE_PLUGINS")  # SUITE_PLUGINS: strategies registered outside suite
 
 
 def _append(file: Path, **event) -> None:

@@ -29,7 +29,7 @@ from suite.results.store import utc_iso
 # Names kept exactly, and prefixes kept (minus anything that looks like a credential).
 ENV_NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
              "PYTORCH_CUDA_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG", "SUITE_FAULT", "SUITE_IMAGE",
-             "SUITE_IMAGE_DIGEST", "SUITE_WORKER_MODULE")
+             "SUITE_IMAGE_DIGEST", "SUITE_WORKER_MODULE", "SUITE_PLUGINS")
 ENV_PREFIXES = ("NCCL_", "RAY_", "TORCH_", "TORCHELASTIC_", "GLOO_", "CUDA_", "UCX_", "FI_")
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE")
 

@@ -146,6 +146,10 @@ def unregister(name: str) -> None:
         _ALIASES.pop(alias, None)
 
 
+class PluginError(RuntimeError):
+    """A module named in SUITE_PLUGINS cannot be imported (the CLI prints it and exits 2)."""
+
+
 def _load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
@@ -155,7 +159,9 @@ def _load_plugins() -> None:
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            raise RuntimeError(f"{PLUGINS_ENV}: plugin module {module!r} cannot be imported ({exc})") from exc
+            _plugins_loaded = False  # every later lookup fails the same way: never carry on without it
+            raise PluginError(f"{PLUGINS_ENV}: plugin module {module!r} cannot be imported ({exc}); "
+                              f"is its folder on PYTHONPATH?") from exc
 
 
 def specs() -> list[StrategySpec]:

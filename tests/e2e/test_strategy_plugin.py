@@ -63,6 +63,11 @@ def test_throwaway_strategy_from_a_plugin(tmp_path):
     assert refused.returncode == 2 and "'tdp'" in refused.stdout + refused.stderr and "'zero3'" in (
         refused.stdout + refused.stderr)
 
+    # A plugin that cannot be imported: a clean error, no traceback
+    missing = run_cli(["validate", str(scenario)], tmp_path, env(SUITE_PLUGINS="no_such_plugin"), timeout=120)
+    assert missing.returncode == 2 and "'no_such_plugin' cannot be imported" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
     # validate: accepted, alias and all
     ok = run_cli(["validate", str(scenario)], tmp_path, with_plugin, timeout=120)
     assert ok.returncode == 0, ok.stdout + ok.stderr

@@ -4,7 +4,8 @@ pytest-benchmark's regression checks are the model (pytest_benchmark/utils.py: a
 field and threshold and says whether the candidate fails against the baseline).  Here a Check holds its
 threshold (a relative change) and the test's alpha, and check(baseline, current) returns a Verdict:
 regression, improvement, unchanged or inconclusive, with both sides' values for people and the reason.
-A new metric is one Check subclass added to CHECKS (and its name to METRICS, the order metrics are listed in).
+A new metric is one Check subclass added to CHECKS (METRICS, the order metrics are listed in, follows each
+check's listed_at).
 compare.py matches cells, runs the checks and collects their verdicts; docs/compare.md explains each rule.
 """
 

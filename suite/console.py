@@ -1,4 +1,10 @@
-"""Human-readable rendering shared by the CLI commands: units and rich tables."""
+"""Human-readable rendering shared by the CLI commands: units, rich tables, exit codes.
+
+Untrusted text (cell errors, file paths, pydantic messages) is never parsed as rich markup: `table()` and
+`add_row()` turn every plain value into a `rich.text.Text`, so `[/tmp/x]` in a gloo error or `[type=...]` in
+a validation message is printed as it is instead of raising MarkupError.  Deliberate styling goes through
+`styled()`, which builds the Text itself.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,16 @@ from typing import Any, Iterable
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+# Exit codes of every command (README and `suite run --help` list them): what went wrong, not only that.
+EXIT_OK = 0
+EXIT_FAILED = 1  # the work ran and something in it failed: a cell, a regression, a wrong collective
+EXIT_INPUT = 2  # the user's input: a scenario file, an option, a damaged or missing results folder
+EXIT_ENVIRONMENT = 3  # suite could not write its results (full disk, read-only or not a folder) or the OS refused
+EXIT_CODES_HELP = ("Exit codes: 0 all cells ok (or infeasible), 1 a cell failed, 2 bad input (scenario, option, "
+                   "damaged run folder), 3 results could not be written (disk full, read-only, not a folder), "
+                   "128+N stopped by signal N.")
 
 # Wide tables stay readable when piped (rich falls back to 80 columns without a terminal).
 console = Console(width=None if Console().is_terminal else 240)
@@ -31,10 +47,30 @@ def si(n: float | None, unit: str = "") -> str:
     return f"{n:.3g} {unit}".strip()
 
 
+def styled(text: Any, style: str) -> Text:
+    """Text in a style, without markup parsing (the text may come from a file or an error)."""
+    return Text(str(text), style=style)
+
+
+def cell_text(value: Any) -> Any:
+    """One table cell: None is "-", a rich renderable (Text, Table, Group) is kept, anything else is plain Text."""
+    if value is None:
+        return Text("-")
+    if not isinstance(value, str) and (hasattr(value, "__rich_console__") or hasattr(value, "__rich__")):
+        return value  # already rendered by the caller (styled(), a nested table)
+    return Text(str(value))
+
+
+def add_row(t: Table, values: Iterable[Any]) -> None:
+    """Add a row of untrusted values to a table (see cell_text): the one way suite fills tables."""
+    t.add_row(*(cell_text(v) for v in values))
+
+
 def table(title: str, columns: list[str], rows: Iterable[list[Any]]) -> Table:
-    t = Table(title=title, show_lines=False)
+    """A table whose title, headers and cells are plain text (never markup), folded rather than cut."""
+    t = Table(title=Text(title), show_lines=False)
     for c in columns:
-        t.add_column(c, overflow="fold")
+        t.add_column(Text(c), overflow="fold")
     for r in rows:
-        t.add_row(*("-" if v is None else str(v) for v in r))
+        add_row(t, r)
     return t

@@ -6,7 +6,7 @@ from rich.table import Table
 
 from suite.comm.record import CommRun
 from suite.comm.sizes import format_size
-from suite.console import table
+from suite.console import styled, table
 
 COLUMNS = ["op", "size", "bytes", "ranks", "time median (us)", "p10 (us)", "p90 (us)", "algbw (GB/s)",
            "busbw (GB/s)", "factor", "correct"]
@@ -18,5 +18,5 @@ def comm_table(run: CommRun, title: str) -> Table:
         t = r.time_s
         rows.append([r.op, format_size(r.bytes), r.bytes, r.world_size, f"{t.median * 1e6:.1f}",
                      f"{t.p10 * 1e6:.1f}", f"{t.p90 * 1e6:.1f}", f"{r.algbw / 1e9:.4f}", f"{r.busbw / 1e9:.4f}",
-                     f"{r.busbw_factor:.4g}", "yes" if r.correct else "[red]NO[/red]"])
+                     f"{r.busbw_factor:.4g}", "yes" if r.correct else styled("NO", "red")])
     return table(title, COLUMNS, rows)

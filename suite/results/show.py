@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from suite.console import nbytes, si, table
+from suite.console import add_row, nbytes, si, styled, table
 from suite.report.axes import varying_axes
 from suite.results import reader
 from suite.results.schema import CellResult
@@ -19,8 +19,8 @@ from suite.results.schema import CellResult
 STATUS_STYLE = {"ok": "green", "infeasible": "yellow", "gate-failed": "magenta", "interrupted": "yellow"}
 
 
-def _status(s: str) -> str:
-    return f"[{STATUS_STYLE.get(s, 'red')}]{s}[/]"
+def _status(s: str):
+    return styled(s, STATUS_STYLE.get(s, "red"))
 
 
 def _f(x: float | None, fmt: str = ".4g") -> str | None:
@@ -52,12 +52,12 @@ def cells_table(results: list[CellResult], title: str) -> Table:
         o = r.overhead_s
         gates = ", ".join(f"{g.name} {'ok' if g.passed else 'FAILED'}" for g in r.gates)
         note = gates if r.status == "ok" else first_line(r.error)
-        t.add_row(f"{r.cell_id}-r{r.repeat}", *(str(r.axes.get(a)) for a in axes), _status(r.status),
-                  _f(r.final_loss) or "-", _f(r.step_time.median * 1e3, ".1f") if r.step_time else "-",
-                  si(r.throughput.tokens_per_s_per_device) if r.throughput else "-",
-                  f"{r.mfu.value:.1%}" if r.mfu and r.mfu.value is not None else "-", mem,
-                  _f(o.launch + o.setup, ".1f") if o else "-", _f(o.train, ".1f") if o else "-",
-                  _f(o.teardown, ".1f") if o else "-", note)
+        add_row(t, [f"{r.cell_id}-r{r.repeat}", *(str(r.axes.get(a)) for a in axes), _status(r.status),
+                    _f(r.final_loss) or "-", _f(r.step_time.median * 1e3, ".1f") if r.step_time else "-",
+                    si(r.throughput.tokens_per_s_per_device) if r.throughput else "-",
+                    f"{r.mfu.value:.1%}" if r.mfu and r.mfu.value is not None else "-", mem,
+                    _f(o.launch + o.setup, ".1f") if o else "-", _f(o.train, ".1f") if o else "-",
+                    _f(o.teardown, ".1f") if o else "-", note])
     return t
 
 

@@ -15,7 +15,11 @@ torchrun's group does not reach the workers, and killing torchrun hard orphans t
    runner a child subreaper (Linux prctl) so orphans are re-parented to it instead of init;
 3. to stop a cell (timeout, Ctrl-C): SIGTERM to every remembered process and its process group, waits a grace
    period, then SIGKILLs whatever is left, and reaps it;
-4. after a normal exit, kills any remembered process still alive (recorded in extra["stray_killed"]).
+4. after a normal exit, kills any remembered process still alive (recorded in extra["stray_killed"]);
+5. when the runner itself dies hard (SIGKILL, OOM killer), the launcher process and the ranks die with it:
+   suite/launch/lifeline.py (parent-death signals; the launcher learns the runner's pid from PARENT_ENV).
+When a rank fails, the launcher process writes which rank died first and how (torchrun's ChildFailedError)
+to WORKDIR/launcher_failures.json for the runner: suite/launch/failures.py.
 The watching, the deadline and the SIGTERM -> grace -> SIGKILL order are suite/launch/supervise.py's, as for
 every launcher; `TreeHandle` here says what "every process of the cell" is.
 """
@@ -34,7 +38,7 @@ from typing import Callable
 
 import psutil
 
-from suite.launch import LaunchRequest, LaunchResult
+from suite.launch import LaunchRequest, LaunchResult, failures, lifeline
 from suite.launch.supervise import GRACE_S, alive, outcome_error, supervise
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -57,6 +61,7 @@ def torchrun_main(argv: list[str]) -> int:
     import logging
     import traceback
 
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main
 
     code = 0
@@ -64,7 +69,11 @@ def torchrun_main(argv: list[str]) -> int:
         main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # e.g. ChildFailedError: printed as the interpreter would, exit code 1 as torchrun
+    except ChildFailedError as exc:  # a rank failed: say which first and how, as data; print it as torchrun
+        _write_failures(exc)
+        traceback.print_exc()
+        code = 1
+    except BaseException:  # printed as the interpreter would, exit code 1 as torchrun
         traceback.print_exc()
         code = 1
     finally:
@@ -74,12 +83,24 @@ def torchrun_main(argv: list[str]) -> int:
     return code
 
 
+def _write_failures(exc) -> None:
+    """WORKDIR/launcher_failures.json from torchrun's ChildFailedError (path from FAILURES_ENV)."""
+    path = os.environ.get(failures.FAILURES_ENV)
+    if not path:
+        return  # started by hand, not by run_cell: torchrun's own printout is all there is
+    try:
+        failures.write(failures.from_child_failed(exc), Path(path))
+    except OSError as err:  # the runner then falls back to the records; say why the file is missing
+        print(f"suite: could not write {path}: {err}", file=sys.stderr)
+
+
 def environment(request: LaunchRequest, base: dict[str, str] | None = None) -> dict[str, str]:
     """The launcher's environment: the runner's, plus one thread count per rank on CPU (set explicitly:
     torchrun only sets OMP_NUM_THREADS=1 for more than one process, and two ranks with two threads each run
     2.5x slower on a 2-core machine), plus the request's own additions."""
     env = dict(os.environ if base is None else base)
     env["PYTHONUNBUFFERED"] = "1"
+    env[failures.FAILURES_ENV] = str(Path(request.workdir) / failures.FILE_NAME)
     if request.device == "cpu":
         env["OMP_NUM_THREADS"] = str(request.threads_per_rank)
     env.update(request.env)
@@ -178,8 +199,10 @@ def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable
     become_subreaper()
     with open(log_path, "wb") as log:
         result.started = time.time()
+        env = environment(request)
+        env[lifeline.PARENT_ENV] = str(os.getpid())  # here only: inside a container this pid means nothing
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=environment(request), start_new_session=True)
+                                env=env, start_new_session=True)
         handle = TreeHandle(proc, result.started)
         result.take(supervise(handle, timeout_s=request.timeout_s, stop=stop, on_poll=on_poll, grace_s=grace_s))
     result.error = outcome_error(result, request.timeout_s, log_path)
@@ -187,4 +210,5 @@ def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable
 
 
 if __name__ == "__main__":
+    lifeline.guard_launcher()  # first: the runner may die while torch is still importing
     os._exit(torchrun_main(sys.argv[1:]))

@@ -172,6 +172,16 @@ class RankInfo(_Record):
     device_name: str
 
 
+class RankFailure(_Record):
+    """The rank whose process ended badly first, as its launcher saw it (torchrun's failure report)."""
+
+    rank: int
+    pid: int
+    exitcode: int = Field(description="Exit status; negative: killed by signal -exitcode.")
+    signal: str | None = Field(None, description="The signal's name (SIGKILL) when it was killed by one.")
+    timestamp: float | None = Field(None, description="Unix time the launcher noticed (whole seconds).")
+
+
 class CellResult(_Record):
     """One run of one cell (file: cells/<cell_id>-r<repeat>.json in the run folder)."""
 
@@ -197,6 +207,8 @@ class CellResult(_Record):
     gates: list[Gate] = Field(default_factory=list)
     ranks: list[RankInfo] = Field(default_factory=list)
     restarts: int = 0
+    first_failure: RankFailure | None = Field(
+        None, description="Which rank died first and how (launcher: torchrun / container), when one failed.")
     extra: dict[str, Any] = Field(default_factory=dict)
 
 

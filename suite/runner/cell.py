@@ -12,6 +12,9 @@ The status comes from structured facts only, never from log text:
 The worker's exit codes (3 diverged, 4 oom, 1 failed) decide only when no record says more (torchrun turns
 any worker failure into its own exit code 1, so records are what carry the cause through it).
 The tail of the worker's error or of the launcher's log is kept as `error`, for people, not for the status.
+When the launcher reports which rank ended badly first (WORKDIR/launcher_failures.json, suite/launch/failures.py)
+the error starts with it - "rank 1 (pid 4242) was killed by SIGKILL first" - because the other ranks' records
+then only say that their peer went away; it is also kept as the typed CellResult.first_failure.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from pydantic import ValidationError
 
 from suite.device import resolve_device as resolve_device_kind
 from suite.launch import DEFAULT_WORKER, LaunchRequest, LaunchResult
+from suite.launch import failures as launch_failures
 from suite.plan import predict
-from suite.results.schema import CellResult, RankInfo, RankRecord
+from suite.results.schema import CellResult, RankFailure, RankInfo, RankRecord
 from suite.results.store import utc_iso
 from suite.runner import aggregate
 
@@ -122,11 +126,21 @@ def placement_problem(records: list[RankRecord], nodes: int, problems: list[str]
 
 
 def classify(launch: LaunchResult, records: list[RankRecord], world: int,
-             problems: list[str] | None = None, placement: str | None = None) -> tuple[str, str | None]:
+             problems: list[str] | None = None, placement: str | None = None,
+             first_failure: launch_failures.Failure | None = None) -> tuple[str, str | None]:
     """(status, error) of a launched cell; see the module docstring for the rules.
 
     `placement`: what placement_problem found wrong (launcher: ray).  Every rank may have finished, but the
-    cell measured another layout than it names, so it fails with the placement problem as its error."""
+    cell measured another layout than it names, so it fails with the placement problem as its error.
+    `first_failure`: the rank the launcher saw end badly first; named on the error's first line."""
+    status, error = _classify(launch, records, world, problems, placement)
+    if first_failure is None or status in ("ok", "interrupted", "timeout"):
+        return status, error  # stopped by us: torchrun's report would only list what we killed
+    return status, "\n".join(filter(None, [f"{first_failure.describe()} first", error]))
+
+
+def _classify(launch: LaunchResult, records: list[RankRecord], world: int,
+              problems: list[str] | None, placement: str | None) -> tuple[str, str | None]:
     if launch.interrupted:
         return "interrupted", launch.error or "interrupted"
     if launch.timed_out:
@@ -164,7 +178,9 @@ def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir
     records, problems = read_records(workdir)
     checked = cell.launcher == "ray" and launch.returncode == 0  # torchrun's ranks are on one node by design
     placement = placement_problem(records, cell.nodes, problems) if checked else None
-    status, error = classify(launch, records, cell.gpus, problems, placement)
+    failed, failures_problem = launch_failures.read(workdir)
+    first = failed[0] if failed else None
+    status, error = classify(launch, records, cell.gpus, problems, placement, first)
     prediction = predict(cell).model_dump(mode="json")
     numbers = aggregate.aggregate(records, prediction, cell.precision, launch.started, launch.ended,
                                   setup_done_time(workdir))
@@ -174,6 +190,8 @@ def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir
             **(extra or {})}
     if problems:
         more["record_problems"] = problems
+    if failures_problem:
+        more["launcher_failures_problem"] = failures_problem
     if placement and isinstance(more.get("ray"), dict):
         more["ray"] = {**more["ray"], "placement_error": placement}
     restarts = max((r.restarts for r in records), default=0)
@@ -184,4 +202,6 @@ def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir
         ranks=[RankInfo(rank=r.rank, hostname=r.hostname, node_ip=r.node_ip, node_id=r.node_id,
                         device_name=r.device_name)
                for r in records],
-        restarts=restarts, extra=more, **numbers)
+        restarts=restarts, extra=more, **numbers,
+        first_failure=None if first is None else RankFailure(rank=first.rank, pid=first.pid, exitcode=first.exitcode,
+                                                             signal=first.signal, timestamp=first.timestamp))

@@ -1,6 +1,7 @@
 """`python -m suite.worker CELL_JSON OUT_DIR`: run one cell on this rank and exit with its status code.
 
-Positional arguments only: torchrun takes any flag that is a prefix of one of its own."""
+Positional arguments only: torchrun takes any flag that is a prefix of one of its own.
+A rank dies with its launcher (SIGKILL when torchrun's process ends, even hard): suite/launch/lifeline.py."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from suite.launch.lifeline import die_with_parent
+
+    die_with_parent()  # before torch's seconds of importing: a launcher killed meanwhile takes this rank along
     code = main(sys.argv[1:])
     # The rank record is already on disk (written atomically); skip the interpreter's teardown of torch and
     # its thread pools, which costs seconds per rank here and measures nothing.

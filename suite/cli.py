@@ -145,7 +145,9 @@ def comm(ops: Optional[str] = typer.Option(None, "--ops", help="Comma list of al
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(epilog="Exit codes: 0 every cell ok or infeasible; 1 a cell failed; 2 bad input (scenario file, "
+             "option, damaged run folder), nothing run; 3 suite could not write its results (disk full, read-only, "
+             "a file in the way); 128+N stopped by signal N.")
 def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resume, a run folder also works)."),
         results: Path = typer.Option(Path("results"), "--results", help="Results root; runs go to <root>/<scenario>/."),
         only: List[str] = typer.Option([], "--only", help="Run only this cell id (or unique prefix); repeatable. "
@@ -167,7 +169,8 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
 
     from rich.markup import escape
 
-    from suite.console import console, err_console
+    from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, console, err_console
+    from suite.results import store
     from suite.results.show import cells_table
     from suite.runner.run import RunError, RunOptions, run_scenario
     from suite.scenario import ScenarioError
@@ -181,7 +184,11 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
     except (ScenarioError, RunError) as exc:
         for problem in getattr(exc, "problems", None) or [str(exc)]:
             err_console.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_INPUT)
+    except OSError as exc:  # store.WriteError names the path and what to do; any other is the OS refusing too
+        hint = "" if isinstance(exc, store.WriteError) else "; the machine refused (disk, permissions): fix, rerun"
+        err_console.print(f"[red]error:[/red] {escape(str(exc) + hint)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_ENVIRONMENT)
     console.print(cells_table(outcome.results, f"{outcome.run_dir.parent.name}: {len(outcome.results)} cell results"))
     console.print(f"results: {outcome.run_dir}", highlight=False, markup=False, soft_wrap=True)
     if outcome.interrupted_by:

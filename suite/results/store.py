@@ -9,11 +9,17 @@ Layout of one invocation of `suite run` (a *run folder*):
         cells/<cell>-r<k>.json  one CellResult per cell and repeat
         work/<cell>-r<k>-a<n>/  attempt n of that cell: cell.json, launcher.log, rank<R>.json, events.jsonl
 
-NNNN is one more than the highest number already in the scenario's folder; the folder is made with mkdir
-(which fails when it exists), so two runs started at once never share a folder.  Every JSON record is first
+NNNN is one more than the highest number already taken in the scenario's folder.  A number is taken by
+creating `.NNNN.reserved` there with O_EXCL (which fails when the file exists), before the folder is made:
+the folder's name also holds the second it was made, so mkdir alone would let two runs started in different
+seconds both be 0001.  A run that finds the number reserved tries the next one.  Every JSON record is first
 written to a temp file in the same folder, flushed to disk, then linked to its final name: a reader sees
 either nothing or the whole record, and `os.link` refuses an existing name, so no record is ever replaced.
 Reading them back is reader.py's.
+
+Any OSError while writing (a full disk, a read-only folder, a file where a folder should be) is raised as
+WriteError, naming the path: the CLI tells "suite could not write its results" (exit 3) from a bad input (2)
+and a failed cell (1).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,6 +35,30 @@ from pathlib import Path
 from suite.results.reader import (RUN_NAME, StoreError, is_run_dir, iter_run_dirs, latest_run_dir,  # noqa: F401
                                   read_cell_result, read_cell_results, read_manifest)
 from suite.results.schema import CellResult, Manifest
+
+
+RESERVED = ".{number:04d}.reserved"  # a run number's reservation in the scenario folder (hidden: readers skip it)
+WHAT_TO_DO = "free some space, or give a writable --results folder"
+
+
+class WriteError(OSError):
+    """suite could not write under its results folder; the message names the path and what to do."""
+
+
+def _cannot_write(path: Path, exc: OSError) -> WriteError:
+    where = exc.filename or path
+    return WriteError(f"{where}: cannot write results ({exc.strerror or exc}); {WHAT_TO_DO}")
+
+
+@contextmanager
+def writing(path: Path):
+    """Any OSError but a WriteError (already naming its path) inside becomes a WriteError naming `path`."""
+    try:
+        yield
+    except WriteError:
+        raise
+    except OSError as exc:
+        raise _cannot_write(Path(path), exc) from exc
 
 
 def utc_stamp(now: datetime | None = None) -> str:
@@ -46,7 +77,10 @@ def write_atomic(path: Path, text: str, *, overwrite: bool = False) -> Path:
     removed on every path out of this function, success or failure.
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _cannot_write(path, exc) from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -55,33 +89,52 @@ def write_atomic(path: Path, text: str, *, overwrite: bool = False) -> Path:
         if overwrite:
             os.replace(tmp, path)
         else:
-            try:
-                os.link(tmp, path)  # fails with FileExistsError instead of replacing
-            except FileExistsError:
-                raise StoreError(f"{path}: exists already; results are never overwritten") from None
+            os.link(tmp, path)  # fails with FileExistsError instead of replacing
+    except FileExistsError:
+        raise StoreError(f"{path}: exists already; results are never overwritten") from None
+    except OSError as exc:
+        raise _cannot_write(path, exc) from exc
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
 
 
+def _taken(base: Path) -> int:
+    """The highest run number used in a scenario folder: run folders (any suite version) and reservations."""
+    numbers = [0]
+    for p in base.iterdir():
+        m = RUN_NAME.match(p.name)
+        if m:
+            numbers.append(int(m.group(1)))
+        elif p.name.startswith(".") and p.name.endswith(".reserved") and p.name[1:-9].isdigit():
+            numbers.append(int(p.name[1:-9]))
+    return max(numbers)
+
+
 def create_run_dir(root: Path, scenario: str, git_commit: str | None, now: datetime | None = None) -> Path:
-    """Make results/<scenario>/<NNNN>_<sha7>_<utc>/ with the next free number (exclusive mkdir)."""
+    """Make results/<scenario>/<NNNN>_<sha7>_<utc>/ with the next free number (reserved with O_EXCL first)."""
     base = Path(root) / scenario
-    base.mkdir(parents=True, exist_ok=True)
     sha = (git_commit or "nogit")[:7]
     stamp = utc_stamp(now)
-    number = 1 + max((int(m.group(1)) for m in (RUN_NAME.match(p.name) for p in base.iterdir()) if m), default=0)
-    for _ in range(1000):  # another process may take a number between our listing and our mkdir
-        run = base / f"{number:04d}_{sha}_{stamp}"
-        try:
-            run.mkdir()
-        except FileExistsError:
-            number += 1
-            continue
-        (run / "cells").mkdir()
-        (run / "work").mkdir()
-        return run
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        number = _taken(base) + 1
+        for _ in range(1000):  # another run may reserve a number between our listing and our reservation
+            try:
+                os.close(os.open(base / RESERVED.format(number=number), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                run = base / f"{number:04d}_{sha}_{stamp}"
+                run.mkdir()  # fails only if a folder of this number was made without a reservation (a copy)
+            except FileExistsError:
+                number += 1
+                continue
+            (run / "cells").mkdir()
+            (run / "work").mkdir()
+            return run
+    except FileExistsError as exc:  # base (or a folder above it) is a file: mkdir(exist_ok) says "exists"
+        raise WriteError(f"{base}: cannot make the results folder, a file is in the way; {WHAT_TO_DO}") from exc
+    except OSError as exc:
+        raise _cannot_write(base, exc) from exc
     raise StoreError(f"{base}: could not find a free run number near {number}")
 
 
@@ -95,6 +148,8 @@ def create_work_dir(run: Path, cell_id: str, repeat: int) -> Path:
             return work
         except FileExistsError:
             attempt += 1
+        except OSError as exc:
+            raise _cannot_write(work, exc) from exc
 
 
 def cell_path(run: Path, cell_id: str, repeat: int) -> Path:
@@ -102,11 +157,14 @@ def cell_path(run: Path, cell_id: str, repeat: int) -> Path:
 
 
 def write_cell_result(run: Path, result: CellResult) -> Path:
-    return write_atomic(cell_path(run, result.cell_id, result.repeat), result.model_dump_json(indent=1))
+    path = cell_path(run, result.cell_id, result.repeat)
+    with writing(path):
+        return write_atomic(path, result.model_dump_json(indent=1))
 
 
 def write_manifest(run: Path, manifest: Manifest, name: str = "manifest.json") -> Path:
-    return write_atomic(Path(run) / name, manifest.model_dump_json(indent=1))
+    with writing(Path(run) / name):
+        return write_atomic(Path(run) / name, manifest.model_dump_json(indent=1))
 
 
 def next_resume_name(run: Path) -> str:
@@ -119,5 +177,9 @@ def next_resume_name(run: Path) -> str:
 def append_runlog(run: Path, event: str, **fields) -> None:
     """One JSON line per runner event; appends only (O_APPEND), so earlier lines are never rewritten."""
     line = json.dumps({"event": event, "t": datetime.now(timezone.utc).timestamp(), **fields}, default=str)
-    with open(Path(run) / "runlog.jsonl", "a", encoding="utf-8") as f:
-        f.write(line + "\n")
+    path = Path(run) / "runlog.jsonl"
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError as exc:
+        raise _cannot_write(path, exc) from exc

@@ -4,12 +4,14 @@
         infeasible? record it (no launch, unless --force)
         else launch (torchrun / ray) -> rank records -> status -> numbers -> gates -> cells/<id>-r<k>.json
 
-A cell that fails never stops the run.  Ctrl-C or SIGTERM stops the current cell's processes and ends the run
-(exit code 128 + signal); the interrupted cell is NOT written to cells/ (so results stay final and are never
-overwritten), only noted in runlog.jsonl with its work folder.  `--resume` continues the latest (or a given)
-run folder: the stored scenario.yaml is expanded again and cells that already have a final result are
-skipped; a resumed cell runs in a new work folder (attempt a2, a3, ...), and each resume adds a manifest
-`resume-NN.json` for the environment of that session (results name their session in extra.session).
+A cell that fails never stops the run (exit code 1 at the end); a results folder that cannot be written
+(store.WriteError: disk full, read-only) does, and the CLI exits 3.  Ctrl-C or SIGTERM stops the current
+cell's processes and ends the run (exit code 128 + signal); the interrupted cell is NOT written to cells/ (so
+results stay final and are never overwritten), only noted in runlog.jsonl with its work folder.  `--resume`
+continues the latest (or a given) run folder: the stored scenario.yaml is expanded again and cells that
+already have a final result are skipped; a resumed cell runs in a new work folder (attempt a2, a3, ...), and
+each resume adds a manifest `resume-NN.json` for the environment of that session (results name their session
+in extra.session); a damaged run folder is refused before anything is written (runner/resume.py).
 The options of the first session (--only, --repeats, --force, --image, --ray-address) carry over to a resume.
 
 In code: `open_run` (a new or reopened run folder, its manifest: a `Session`), `run_one` per cell and repeat
@@ -31,6 +33,7 @@ from pathlib import Path
 import yaml
 
 from suite.cells import Cell, expand, load_cells
+from suite.console import EXIT_FAILED, EXIT_OK
 from suite.launch import DEFAULT_WORKER, LaunchResult, launch
 from suite.plan import predict
 from suite.results import reader, store
@@ -41,6 +44,7 @@ from suite.runner.cell import (
 )
 from suite.runner.gates import first_failure, loss_gates, match_gate, order_cells, reference_of
 from suite.runner.progress import RunProgress
+from suite.runner.resume import DamagedRun, read_stored
 from suite.scenario import Scenario, load_scenario
 
 
@@ -93,13 +97,15 @@ def _select(cells: list[Cell], only: list[str]) -> tuple[list[Cell], list[str]]:
     return [c for c in cells if c in chosen], notes
 
 
-def _open(file: Path | None, opts: RunOptions) -> tuple[Path | None, Scenario, list[Cell], dict]:
-    """(existing run folder or None, scenario, cells, options saved by the session that made the folder)."""
+def _open(file: Path | None, opts: RunOptions) -> tuple[Path | None, Scenario, list[Cell], dict, list[CellResult]]:
+    """(existing run folder or None, scenario, cells, options saved by the session that made the folder, its
+    stored cell results).  A resume reads everything it needs here, before anything is written: a damaged run
+    folder is a RunError naming the file, and leaves no resume-NN.json behind."""
     if not opts.resume:
         if file is None:
             raise RunError("a scenario file is needed (or --resume RUN_DIR)")
         scenario, cells = load_cells(str(file))
-        return None, scenario, cells, {}
+        return None, scenario, cells, {}, []
     run_dir = opts.resume_dir
     if run_dir is None:
         if file is None:
@@ -110,11 +116,13 @@ def _open(file: Path | None, opts: RunOptions) -> tuple[Path | None, Scenario, l
             raise RunError(f"--resume: no run folder of scenario {name!r} under {opts.results}")
     if not reader.is_run_dir(run_dir):
         raise RunError(f"--resume: {run_dir} is not a run folder (NNNN_sha_utc with cells/)")
-    stored = Scenario.model_validate(yaml.safe_load((run_dir / "scenario.yaml").read_text(encoding="utf-8")))
+    try:
+        stored, saved, previous = read_stored(run_dir)
+    except DamagedRun as exc:
+        raise RunError(str(exc)) from None
     if file is not None and load_scenario(file)[0].model_dump(mode="json") != stored.model_dump(mode="json"):
         raise RunError(f"--resume: {file} differs from {run_dir}/scenario.yaml; start a new run instead")
-    saved = reader.read_manifest(run_dir).extra.get("options", {})
-    return run_dir, stored, expand(stored), saved
+    return run_dir, stored, expand(stored), saved, previous
 
 
 def _gate(cell: Cell, result: CellResult, cells: list[Cell], done: dict) -> CellResult:
@@ -157,11 +165,12 @@ class Session:
     image: str | None
     ray_address: str | None
     gpu_count: int
+    previous: list[CellResult] = field(default_factory=list)  # results stored by earlier sessions (a resume)
 
 
 def open_run(file: Path | None, opts: RunOptions, console) -> Session:
     """Make a run folder (or reopen one for --resume), write its scenario and this session's manifest."""
-    run_dir, scenario, cells, saved = _open(file, opts)
+    run_dir, scenario, cells, saved, previous = _open(file, opts)
     repeats = opts.repeats or saved.get("repeats")
     force = opts.force or saved.get("force", False)
     selected, notes = _select(cells, opts.only or saved.get("only", []))
@@ -175,8 +184,9 @@ def open_run(file: Path | None, opts: RunOptions, console) -> Session:
     gpu_count = len(facts.get("devices") or [])
     if run_dir is None:
         run_dir = store.create_run_dir(opts.results, scenario.name, git_info()[0])
-        store.write_atomic(run_dir / "scenario.yaml",
-                           yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+        with store.writing(run_dir / "scenario.yaml"):
+            store.write_atomic(run_dir / "scenario.yaml",
+                               yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
         session = "manifest.json"
     else:
         session = store.next_resume_name(run_dir)
@@ -199,7 +209,7 @@ def open_run(file: Path | None, opts: RunOptions, console) -> Session:
     store.write_manifest(run_dir, manifest, session)
     store.append_runlog(run_dir, "resume" if session != "manifest.json" else "run_start", session=session)
     plan = [(c, r) for c in order_cells(selected) for r in range(repeats or c.repeats)]
-    return Session(run_dir, session, cells, plan, notes, force, worker, image, ray_address, gpu_count)
+    return Session(run_dir, session, cells, plan, notes, force, worker, image, ray_address, gpu_count, previous)
 
 
 def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress: RunProgress,
@@ -238,13 +248,13 @@ def finish(s: Session, done: dict, received: list[int]) -> RunOutcome:
         return RunOutcome(s.run_dir, results, name, 128 + received[0])
     store.append_runlog(s.run_dir, "run_end", statuses=[x.status for x in results])
     bad = any(x.status not in ("ok", "infeasible") for x in results)
-    return RunOutcome(s.run_dir, results, None, 1 if bad else 0)
+    return RunOutcome(s.run_dir, results, None, EXIT_FAILED if bad else EXIT_OK)
 
 
 def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
     """Run (or resume) a scenario; see the module docstring.  Raises RunError / ScenarioError before running."""
     s = open_run(file, opts, console)
-    done = {(x.cell_id, x.repeat): x for x in store.read_cell_results(s.run_dir) if x.status in FINAL_STATUSES}
+    done = {(x.cell_id, x.repeat): x for x in s.previous if x.status in FINAL_STATUSES}
     progress = RunProgress(len(s.plan), console, opts.live)
     progress.note(f"run folder: {s.run_dir}")
     for note in s.notes:

@@ -1,0 +1,67 @@
+"""What `suite run --resume` reads from a run folder before it writes anything: the stored scenario, the
+first session's options, and the cell results already there.
+
+Everything is read and checked here, up front, so a damaged folder (scenario.yaml or manifest.json missing
+or invalid, a truncated cell file) is one DamagedRun error naming the file and what to do, and the resume
+writes nothing (no resume-NN.json, no runlog line).  Reading goes through results/reader.py, the one reader.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from suite.results import reader
+from suite.results.schema import CellResult
+from suite.scenario import Scenario
+
+
+# The options open_run carries over from the first session, and the types it uses them as.
+OPTION_TYPES = {"repeats": (int, type(None)), "only": list, "force": bool, "worker_module": (str, type(None)),
+                "image": (str, type(None)), "ray_address": (str, type(None))}
+
+
+class DamagedRun(Exception):
+    """A run folder --resume cannot continue; the message names the file and what to do."""
+
+
+def _damaged(run_dir: Path, problem: str) -> DamagedRun:
+    return DamagedRun(f"--resume: {problem}; the run folder {run_dir} is damaged: repair or move away that "
+                      "file, or start a new run from the scenario file")
+
+
+def stored_scenario(run_dir: Path) -> Scenario:
+    """The resolved scenario.yaml the run folder was made with."""
+    path = Path(run_dir) / "scenario.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _damaged(run_dir, f"{path} is missing") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise _damaged(run_dir, f"{path}: cannot read it ({' '.join(str(exc).split())})") from exc
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]  # one line: the first problem is enough to see the file is not suite's
+        where = ".".join(str(x) for x in first["loc"]) or "<file>"
+        raise _damaged(run_dir, f"{path}: {where}: {first['msg']}") from exc
+
+
+def read_stored(run_dir: Path) -> tuple[Scenario, dict, list[CellResult]]:
+    """(scenario, options saved by the first session, stored cell results) or DamagedRun."""
+    run_dir = Path(run_dir)
+    scenario = stored_scenario(run_dir)
+    try:
+        saved = reader.read_manifest(run_dir).extra.get("options", {})
+        previous = reader.read_cell_results(run_dir)
+    except reader.StoreError as exc:
+        raise _damaged(run_dir, str(exc)) from exc
+    if not isinstance(saved, dict):
+        raise _damaged(run_dir, f"{run_dir / reader.MANIFEST}: extra.options is not a mapping")
+    for name, types in OPTION_TYPES.items():
+        if name in saved and not isinstance(saved[name], types):
+            raise _damaged(run_dir, f"{run_dir / reader.MANIFEST}: extra.options.{name} has the wrong type "
+                                    f"({type(saved[name]).__name__})")
+    return scenario, saved, previous

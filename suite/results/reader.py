@@ -31,6 +31,7 @@ from suite.results.schema import SCHEMA_VERSION, CellResult, Manifest
 RUN_NAME = re.compile(r"^(\d{4,})_([0-9a-z]+)_(\d{8}T\d{6}Z)$")
 MANIFEST = "manifest.json"
 DEFAULT_SCHEMA_VERSION = 1  # records from before the field existed are the first version's
+FIX = "the file is damaged: repair it or move it out of the run folder"  # what to do, in every read error
 Record = TypeVar("Record", bound=BaseModel)
 
 
@@ -59,9 +60,9 @@ def read_record(model: type[Record], path: Path, what: str) -> Record:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{path}: cannot read {what}: {exc}") from exc
+        raise StoreError(f"{path}: cannot read {what}: {exc}; {FIX}") from exc
     if not isinstance(data, dict):
-        raise StoreError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        raise StoreError(f"{path}: expected a JSON object, got {type(data).__name__}; {FIX}")
     version = data.get("schema_version", DEFAULT_SCHEMA_VERSION)
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise StoreError(f"{path}: schema_version {version!r} is newer than this suite reads ({SCHEMA_VERSION}); "
@@ -69,8 +70,10 @@ def read_record(model: type[Record], path: Path, what: str) -> Record:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<record>'}: {e['msg']}" for e in exc.errors())
-        raise StoreError(f"{path}: not a valid {model.__name__}: {problems}") from exc
+        errors = exc.errors()
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<record>'}: {e['msg']}" for e in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise StoreError(f"{path}: not a valid {model.__name__}: {problems}{more}; {FIX}") from exc
 
 
 def read_cell_result(path: Path) -> CellResult:

@@ -137,6 +137,9 @@ def find(target: str, root: Path) -> tuple[str, Path | CellResult]:
     path = Path(target)
     if path.is_dir() and reader.is_run_dir(path):
         return "run", path
+    if path.is_dir():  # a folder, but not a run's: say what is missing instead of "not found"
+        raise reader.StoreError(f"{path}: not a run folder (a folder named NNNN_sha_utc holding cells/); give a "
+                                "run folder, a cell file, a run name or a cell id")
     if path.is_file():
         return "cell", reader.read_cell_result(path)
     runs = list(reader.iter_run_dirs(root))

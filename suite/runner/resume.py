@@ -28,8 +28,10 @@ class DamagedRun(Exception):
 
 
 def _damaged(run_dir: Path, problem: str) -> DamagedRun:
-    return DamagedRun(f"--resume: {problem}; the run folder {run_dir} is damaged: repair or move away that "
-                      "file, or start a new run from the scenario file")
+    """`problem` names the file and, from the reader, says to repair or move it; add the other way out."""
+    if reader.FIX not in problem:
+        problem = f"{problem}; {reader.FIX}"
+    return DamagedRun(f"--resume: {problem}, or start a new run from the scenario file ({run_dir} stays as it is)")
 
 
 def stored_scenario(run_dir: Path) -> Scenario:
@@ -44,9 +46,10 @@ def stored_scenario(run_dir: Path) -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]  # one line: the first problem is enough to see the file is not suite's
-        where = ".".join(str(x) for x in first["loc"]) or "<file>"
-        raise _damaged(run_dir, f"{path}: {where}: {first['msg']}") from exc
+        errors = exc.errors()  # one line: the first few problems are enough to see the file is not suite's
+        problems = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or '<file>'}: {e['msg']}" for e in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise _damaged(run_dir, f"{path}: {problems}{more}") from exc
 
 
 def read_stored(run_dir: Path) -> tuple[Scenario, dict, list[CellResult]]:

@@ -19,9 +19,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the work ran and something in it failed: a cell, a regression, a wrong collective
 EXIT_INPUT = 2  # the user's input: a scenario file, an option, a damaged or missing results folder
 EXIT_ENVIRONMENT = 3  # suite could not write its results (full disk, read-only or not a folder) or the OS refused
-EXIT_CODES_HELP = ("Exit codes: 0 all cells ok (or infeasible), 1 a cell failed, 2 bad input (scenario, option, "
-                   "damaged run folder), 3 results could not be written (disk full, read-only, not a folder), "
-                   "128+N stopped by signal N.")
 
 # Wide tables stay readable when piped (rich falls back to 80 columns without a terminal).
 console = Console(width=None if Console().is_terminal else 240)

@@ -28,6 +28,11 @@ from suite.scenario import (
     SourceMap,
 )
 from suite.scenario_types import StrategyName
+from suite.scenario_yaml import clip
+
+# The most cells one scenario may expand to, checked from the product of the axis lengths before expanding:
+# expand + plan of 4,096 cells take well under a second, and a run of that many launches takes days already.
+MAX_CELLS = 4096
 
 # Settings that do not change what a cell computes: left out of its id.
 # `ray` (checkpointing, retries, placement) changes how a ray cell is run, not what it computes; the launcher
@@ -142,8 +147,8 @@ def _check_match(scenario: Scenario, src: SourceMap) -> list[str]:
         return []
     values, value = scenario.axis_values(match.axis), match.value
     if value not in values:
-        return [f"{src.where('convergence', 'match')}: match {match.axis}: {match.value!r} is not among "
-                f"the scenario's {match.axis} values {values}"]
+        return [f"{src.where('convergence', 'match')}: match {match.axis}: {clip(repr(match.value))} is not among "
+                f"the scenario's {match.axis} values {clip(repr(values))}"]
     return []
 
 
@@ -156,7 +161,7 @@ def _check_match_references(scenario: Scenario, cells: list[Cell], src: SourceMa
     present = {tuple(c.axes().items()) for c in cells}
     for c in cells:
         if tuple({**c.axes(), match.axis: value}.items()) not in present:
-            return [f"{src.where('convergence', 'match')}: match {match.axis}: {match.value!r}: the reference of "
+            return [f"{src.where('convergence', 'match')}: match {match.axis}: {clip(repr(value))}: the reference of "
                     f"cell {c.id} ({_describe(c.axes())}) is not in the matrix (dropped by exclude?)"]
     return []
 
@@ -164,6 +169,7 @@ def _check_match_references(scenario: Scenario, cells: list[Cell], src: SourceMa
 def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
     """All cells of the scenario, excluded ones dropped; ScenarioError if any remaining cell is impossible."""
     src = source or SourceMap(f"<{scenario.name}>", {})
+    _check_size(scenario, src)
     problems: list[str] = _check_match(scenario, src)
     shared = {
         "scenario": scenario.name,
@@ -206,6 +212,19 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
     if problems:
         raise ScenarioError(_dedupe(problems))
     return cells
+
+
+def _check_size(scenario: Scenario, src: SourceMap) -> None:
+    """Refuse a matrix of more than MAX_CELLS cells before building any (a 1,000 x 1,000 sweep is 10^6)."""
+    lengths = {axis: len(scenario.axis_values(axis)) for axis in AXES}
+    total = 1
+    for n in lengths.values():
+        total *= n
+    if total > MAX_CELLS:
+        longest = max(lengths, key=lengths.get)
+        product = " x ".join(f"{axis} {n}" for axis, n in lengths.items() if n > 1)
+        raise ScenarioError([f"{src.where(longest)}: {longest}: the axes expand to {total:,} cells ({product}); "
+                             f"the limit is {MAX_CELLS:,}: sweep fewer values or split the scenario into several files"])
 
 
 def _describe(combo: dict[str, Any]) -> str:

@@ -14,15 +14,18 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reproducible
 
 
 def _load(path: Path):
-    """Load and expand a scenario, or print its problems and exit 2."""
+    """Load and expand a scenario, or print its problems and exit 2 (warnings are printed and do not fail)."""
     from rich.markup import escape  # problems quote the user's text: `[x]` in it is not rich markup
 
-    from suite.cells import load_cells
+    from suite.cells import expand
     from suite.console import err_console
-    from suite.scenario import ScenarioError
+    from suite.scenario import ScenarioError, load_scenario
 
     try:
-        return load_cells(str(path))
+        scenario, source = load_scenario(str(path))
+        for warning in source.warnings:
+            err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+        return scenario, expand(scenario, source)
     except ScenarioError as exc:
         for problem in exc.problems:
             err_console.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
@@ -56,7 +59,8 @@ def plan(file: Path = typer.Argument(..., help="Scenario YAML file."),
     scenario, cells = _load(file)
     rows = plan_rows(cells)
     if as_json:
-        typer.echo(json.dumps(rows, indent=1))
+        # allow_nan=False: strict JSON; the validators' bounds keep every number finite, so this never raises
+        typer.echo(json.dumps(rows, indent=1, allow_nan=False))
         return
     cols = ["cell", "model", "seq", "strategy", "ckpt", "precision", "gpus", "mbs", "gbs", "params",
             "params mem", "grads", "optim", "master", "activations (textbook)", "total", "fits",

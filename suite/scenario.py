@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 from suite.models.presets import PRESETS, ModelShape
 from suite.scenario_types import StrategyName, resolve_alias
 from suite.scenario_source import ScenarioError, SourceMap, load_scenario  # noqa: F401 (re-exported)
+from suite.scenario_yaml import clip
 
 Strategy = StrategyName  # any registered strategy or alias (suite/strategies/registry.py), resolved to its name
 Checkpointing = Literal["none", "selective", "full"]
@@ -34,19 +35,25 @@ AXES = (
     "global_batch_size",
 )
 
-PositiveInt = Annotated[int, Field(gt=0)]
+# Bounds far above any real run: the planner's products stay finite floats, counts fit torch's and OS timers' ints.
+Count = Annotated[int, Field(gt=0, le=1_000_000_000)]
+SeqLen = Annotated[int, Field(gt=0, le=2**24)]  # 16M tokens; the longest-context models use about 10M
+Gpus = Annotated[int, Field(gt=0, le=2**20)]
+Nodes = Annotated[int, Field(gt=0, le=2**16)]
+Beta = Annotated[float, Field(ge=0, lt=1)]  # torch's Adam refuses betas outside [0, 1)
 
 
 def _known_preset(name: str) -> str:
     if name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}; known: {', '.join(PRESETS)}")
+        raise ValueError(f"unknown model preset {clip(repr(name))}; known: {', '.join(PRESETS)}")
     return name
 
 
 def _exclude_entry(entry: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(entry) - set(AXES))
     if unknown or not entry:
-        raise ValueError(f"exclude entry {entry} names no axis or unknown keys {unknown}; axes: {', '.join(AXES)}")
+        raise ValueError(f"exclude entry {clip(repr(entry))} names no axis or unknown keys {clip(repr(unknown))}; "
+                         f"axes: {', '.join(AXES)}")
     if "strategy" in entry:  # aliases are resolved here, once (fsdp -> zero3)
         entry = {**entry, "strategy": resolve_alias(entry["strategy"])}
     return entry
@@ -64,7 +71,8 @@ def _axis(doc: str, default: Any = ...) -> Any:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: every float of a scenario must be finite (`lr: .inf`, `betas: [.nan, .nan]`).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Optimizer(_Strict):
@@ -73,7 +81,7 @@ class Optimizer(_Strict):
     name: Literal["adamw", "adam", "sgd"] = Field("adamw", description="torch.optim class to use.")
     lr: float = Field(3.0e-4, gt=0, description="Learning rate (constant; no schedule, so curves compare exactly).")
     weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay (AdamW) or L2 (others).")
-    betas: tuple[float, float] = Field((0.9, 0.95), description="Adam betas.")
+    betas: tuple[Beta, Beta] = Field((0.9, 0.95), description="Adam betas.")
     fused: Literal["auto", True, False] = Field(
         "auto", description="Fused AdamW kernel: auto = on CUDA only (it is what fast PyTorch uses)."
     )
@@ -121,7 +129,9 @@ class MatchGate(_Strict):
         if "axis" not in data:
             rest = {k: v for k, v in data.items() if k not in ("rtol", "atol")}
             if len(rest) != 1:
-                raise ValueError(f"match needs exactly one axis key besides rtol/atol, got {sorted(rest) or 'none'}")
+                # key=str: YAML keys may mix types (`1: a, b: c`), which sorted() alone cannot order
+                got = clip(repr(sorted(rest, key=str))) if rest else "none"
+                raise ValueError(f"match needs exactly one axis key besides rtol/atol, got {got}")
             (axis, value), = rest.items()
             data = {"axis": axis, "value": value, **{k: data[k] for k in ("rtol", "atol") if k in data}}
         if data.get("axis") == "strategy":  # aliases are resolved here, once (fsdp -> zero3)
@@ -144,7 +154,7 @@ class MatchGate(_Strict):
     @classmethod
     def _known_axis(cls, axis: str) -> str:
         if axis not in AXES:
-            raise ValueError(f"match axis {axis!r} is not an axis; axes: {', '.join(AXES)}")
+            raise ValueError(f"match axis {clip(repr(axis))} is not an axis; axes: {', '.join(AXES)}")
         return axis
 
 
@@ -172,13 +182,13 @@ class RaySettings(_Strict):
         "selectors); otherwise Ray's placement-group strategy, as is."
     )
     max_failures: int = Field(
-        0, ge=-1, description="FailureConfig(max_failures): restarts of the worker group from the latest checkpoint "
-        "after a worker fails (-1 = unlimited, 0 = a failure fails the cell)."
+        0, ge=-1, le=1_000_000, description="FailureConfig(max_failures): restarts of the worker group from the "
+        "latest checkpoint after a worker fails (-1 = unlimited, 0 = a failure fails the cell)."
     )
-    checkpoint_every_steps: PositiveInt | None = Field(
+    checkpoint_every_steps: Count | None = Field(
         None, description="Report a checkpoint every this many optimizer steps (none: no checkpoints)."
     )
-    num_to_keep: PositiveInt | None = Field(
+    num_to_keep: Count | None = Field(
         None, description="CheckpointConfig(num_to_keep): checkpoints kept (best by the score, else latest); none: all."
     )
     checkpoint_score_attribute: ScoreAttribute | None = Field(
@@ -206,13 +216,13 @@ class RaySettings(_Strict):
 class Scenario(_Strict):
     """One experiment: a matrix of cells (axes) plus the settings they share."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", description="Slug; names the results folder.")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=100, description="Slug; names the results folder.")
     description: str = Field("", description="One line on what this scenario answers.")
     launcher: Literal["torchrun", "ray"] = Field("torchrun", description="torchrun (one node) or ray (multi-node).")
     device: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto = cuda when available, else cpu.")
 
     model: ModelRef | list[ModelRef] = _axis("Preset name or inline shape ({family: gpt|llama|vit, ...}).")
-    seq_len: PositiveInt | list[PositiveInt] | None = _axis(
+    seq_len: SeqLen | list[SeqLen] | None = _axis(
         "Tokens per sample (gpt/llama; required). Fixed by image and patch size for vit.", None
     )
     strategy: Strategy | list[Strategy] = _axis(
@@ -224,35 +234,40 @@ class Scenario(_Strict):
         "none | selective (attention core recomputed) | full (each block recomputed).", "none"
     )
     precision: Precision | list[Precision] = _axis("fp32 | bf16-mixed | fp16-mixed.", "fp32")
-    gpus: PositiveInt | list[PositiveInt] = _axis("World size (processes; on CPU, processes).", 1)
-    nodes: PositiveInt | list[PositiveInt] = _axis("Nodes; > 1 only with launcher: ray.", 1)
-    micro_batch_size: PositiveInt | list[PositiveInt] = _axis("Samples per rank per forward pass.", 1)
-    global_batch_size: PositiveInt | list[PositiveInt] = _axis(
+    gpus: Gpus | list[Gpus] = _axis("World size (processes; on CPU, processes).", 1)
+    nodes: Nodes | list[Nodes] = _axis("Nodes; > 1 only with launcher: ray.", 1)
+    micro_batch_size: Gpus | list[Gpus] = _axis("Samples per rank per forward pass.", 1)
+    global_batch_size: Count | list[Count] = _axis(
         "Samples per optimizer step over all ranks; accumulation = global / (micro x gpus), exactly.", 1
     )
 
-    steps: PositiveInt = Field(50, description="Optimizer steps per cell, warm-up included.")
+    steps: Count = Field(50, description="Optimizer steps per cell, warm-up included.")
     warmup_steps: int = Field(
         5, ge=0, validate_default=True, description="First steps excluded from timing (still in the loss curve)."
     )
-    repeats: PositiveInt = Field(1, description="Times each cell is run (for timing statistics).")
-    seed: int = Field(0, ge=0, description="Seed for weights and data; identical on every rank and strategy.")
+    repeats: Annotated[int, Field(gt=0, le=10_000)] = Field(
+        1, description="Times each cell is run (for timing statistics).")
+    seed: int = Field(
+        0, ge=0, le=2**63 - 1, description="Seed for weights and data; identical on every rank and strategy.")
     optimizer: Optimizer = Field(default_factory=Optimizer, description="Optimizer settings.")
     data: Data = Field(default_factory=lambda: SyntheticData(kind="synthetic"), description="Training data.")
     convergence: Convergence | None = Field(None, description="Optional convergence gates.")
     gpu_memory_gb: float | None = Field(
-        None, gt=0, description="Memory of the target device in GB (1e9 bytes), for the `fits` column of plan."
+        None, gt=0, le=1e6, description="Memory of the target device in GB (1e9 bytes), for the `fits` column of plan."
     )
-    timeout_s: PositiveInt = Field(1800, description="Wall-clock limit per cell; the cell is killed past it.")
-    exclude: list[ExcludeEntry] = Field(
-        default_factory=list, description="Partial cells to drop, as in CI matrix syntax: [{strategy: ddp, gpus: 1}]."
+    timeout_s: Annotated[int, Field(gt=0, le=30 * 86400)] = Field(
+        1800, description="Wall-clock limit per cell; the cell is killed past it.")
+    exclude: list[ExcludeEntry] = Field(  # at most 64: expand matches each one against every cell
+        default_factory=list, max_length=64,
+        description="Partial cells to drop, as in CI matrix syntax: [{strategy: ddp, gpus: 1}]."
     )
-    bucket_cap_mb: float = Field(25.0, gt=0, description="DDP gradient bucket size in MB.")
+    bucket_cap_mb: float = Field(25.0, gt=0, le=1e6, description="DDP gradient bucket size in MB.")
     measure_peaks: bool = Field(
         False, description="Run a short extra MemTracker pass for activation / unsharded-parameter peaks."
     )
     compile: bool = Field(False, description="torch.compile the model (after checkpointing, before sharding).")
-    threads_per_rank: PositiveInt = Field(1, description="torch intra-op threads per rank (CPU).")
+    threads_per_rank: Annotated[int, Field(gt=0, le=1024)] = Field(
+        1, description="torch intra-op threads per rank (CPU).")
     ray: RaySettings | None = Field(None, description="Ray Train options (launcher: ray only).")
 
     @field_validator("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus", "nodes",

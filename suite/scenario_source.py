@@ -2,32 +2,30 @@
 pydantic's validation errors are turned into lines a person can act on.
 
 suite/scenario.py holds the models (what a scenario *is*); this module holds reading one from YAML (where its
-mistakes are).  load_scenario, ScenarioError and SourceMap are also importable from suite.scenario.
+mistakes are); suite/scenario_yaml.py reads the YAML itself within fixed bounds.  load_scenario, ScenarioError and SourceMap are also importable from suite.scenario.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
+from suite.scenario_yaml import ScenarioError, clip, parse
+
 if TYPE_CHECKING:
     from suite.scenario import Scenario
 
 
-class ScenarioError(Exception):
-    """One or more problems in a scenario file, each already formatted as `file:line: field: message`."""
+def _line_map(root: yaml.Node | None) -> tuple[dict[tuple, int], list[str]]:
+    """Map each key path in the composed YAML document, e.g. ('gpus', 2), to its 1-based line number.
 
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
-
-
-def _line_map(text: str) -> tuple[dict[tuple, int], list[str]]:
-    """Map each key path in the YAML document, e.g. ('gpus', 2), to its 1-based line number.
+    The document was bounded by scenario_yaml.parse (expanded nodes, depth), so walking every path is cheap.
 
     Also returns the keys written twice in one mapping (`line: key`): PyYAML silently keeps the last one,
     which would hide a typo-level mistake, so load_scenario reports them.
@@ -42,7 +40,7 @@ def _line_map(text: str) -> tuple[dict[tuple, int], list[str]]:
                 child = path + (key.value,)
                 if child in lines:
                     first = lines[child]
-                    duplicates.append(f"{key.start_mark.line + 1}: {'.'.join(map(str, child))}: key given twice "
+                    duplicates.append(f"{key.start_mark.line + 1}: {clip('.'.join(map(str, child)))}: key given twice "
                                       f"(first on line {first}); YAML would silently keep the last")
                 walk(value, child)
                 lines[child] = key.start_mark.line + 1
@@ -50,7 +48,6 @@ def _line_map(text: str) -> tuple[dict[tuple, int], list[str]]:
             for i, value in enumerate(node.value):
                 walk(value, path + (i,))
 
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is not None:
         walk(root, ())
     return lines, duplicates
@@ -61,6 +58,7 @@ class SourceMap:
 
     def __init__(self, path: str, lines: dict[tuple, int]):
         self.path, self.lines = path, lines
+        self.warnings: list[str] = []  # `file:line: field: message` lines that do not make the file invalid
 
     def where(self, *loc: Any) -> str:
         key = tuple(loc)
@@ -109,43 +107,73 @@ def _file_path(loc: tuple, data: Any) -> tuple | None:
     return tuple(path)
 
 
+MAX_PROBLEMS = 20  # a 10,000-item list of wrong values is reported by its first problems and a count
+
+
 def _format_validation(err: ValidationError, source: SourceMap, data: Any) -> list[str]:
     problems, fallback = [], []
     for e in err.errors():
         path = _file_path(e["loc"], data)
         loc = path if path is not None else tuple(p for p in e["loc"] if not _is_branch(p))
-        field = ".".join(str(p) for p in loc) or "scenario"
-        msg = re.sub(r"^Value error, ", "", e["msg"])
-        got = "" if e["type"] in ("missing", "extra_forbidden") or not loc else f" (got {e.get('input')!r})"
+        field = clip(".".join(str(p) for p in loc) or "scenario")
+        msg = clip(re.sub(r"^Value error, ", "", e["msg"]), 400)
+        got = "" if e["type"] in ("missing", "extra_forbidden") or not loc else f" (got {clip(repr(e.get('input')))})"
         if e["type"] == "extra_forbidden":
             msg = "unknown key (not allowed; check the spelling)"
         (problems if path is not None else fallback).append(f"{source.where(*loc)}: {field}: {msg}{got}")
     # Keep the distinct lines, in order; the ruled-out branches only if nothing else explains the error.
-    return list(dict.fromkeys(problems or fallback))
+    out = list(dict.fromkeys(problems or fallback))
+    return out if len(out) <= MAX_PROBLEMS else out[:MAX_PROBLEMS] + [f"... and {len(out) - MAX_PROBLEMS} more problems"]
+
+
+def _stat(path: str) -> os.stat_result | str:
+    """os.stat of a path the user wrote, or why it cannot be used (missing, NUL byte, name too long)."""
+    try:
+        return os.stat(Path(path).expanduser())
+    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte
+        return getattr(exc, "strerror", None) or str(exc)
+
+
+def _check_paths(scenario: Scenario, source: SourceMap) -> list[str]:
+    """Problems with the data paths that can be seen without running (suite/data/ would fail on them later).
+
+    Relative paths resolve from the current folder, as in the worker (containers mount it at the same path).
+    A missing CIFAR-10 folder is only a warning: the data may be put there before `suite run`, and on a Ray
+    cluster it must exist on the nodes, not on the machine that validates.
+    """
+    data, problems = scenario.data, []
+    if data.kind == "text" and data.path is not None:
+        where, st = source.where("data", "path"), _stat(data.path)
+        if isinstance(st, str):
+            problems.append(f"{where}: data.path: {clip(repr(data.path))}: {st} (from {os.getcwd()}); give an "
+                            f"existing text file or folder, or leave path out for the Python standard library")
+        elif not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)) or not os.access(data.path, os.R_OK):
+            problems.append(f"{where}: data.path: {clip(repr(data.path))} is not a readable file or folder")
+    elif data.kind == "cifar10":
+        where, folder = source.where("data", "root"), os.path.join(data.root, "cifar-10-batches-py")
+        root, batches = _stat(data.root), _stat(folder)
+        if not isinstance(root, str) and not stat.S_ISDIR(root.st_mode):
+            problems.append(f"{where}: data.root: {clip(repr(data.root))} is a file, not a folder; give the folder "
+                            f"that holds cifar-10-batches-py/")
+        elif not data.download and (isinstance(batches, str) or not stat.S_ISDIR(batches.st_mode)):
+            source.warnings.append(f"{where}: data.root: no folder {clip(repr(folder))} here (from {os.getcwd()}): "
+                                   f"`suite run` fails its cells unless CIFAR-10 is extracted there first, or "
+                                   f"set download: true")
+    return problems
 
 
 def load_scenario(path: str | Path) -> tuple[Scenario, SourceMap]:
-    """Read and validate a scenario file; raise ScenarioError with `file:line: field: message` lines."""
-    path = Path(path)
+    """Read and validate a scenario file; raise ScenarioError with `file:line: field: message` lines.
+
+    The file is read and composed within the bounds of scenario_yaml (size, depth, aliases, integers)
+    before anything walks it; then the line map, pydantic validation and the data-path checks.
+    """
     name = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError([f"{name}: cannot read scenario file: {exc.strerror}"]) from exc
-    try:
-        data = yaml.safe_load(text)
-        lines, duplicates = _line_map(text)
-        source = SourceMap(name, lines)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        problem = getattr(exc, "problem", None) or str(exc)
-        context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-        if context and cmark is not None:  # e.g. an unclosed `[` is detected lines later: name where it began
-            problem += f" ({context} started on line {cmark.line + 1})"
-        raise ScenarioError([f"{name}:{line}: malformed YAML: {problem}"]) from exc
+    root, data = parse(Path(path))
+    lines, duplicates = _line_map(root)
+    source = SourceMap(name, lines)
     if duplicates:
-        raise ScenarioError([f"{name}:{d}" for d in duplicates])
+        raise ScenarioError([f"{name}:{d}" for d in duplicates[:MAX_PROBLEMS]])
     if not isinstance(data, dict):
         raise ScenarioError([f"{name}:1: a scenario file must be a mapping of keys, got {type(data).__name__}"])
     from suite.scenario import Scenario  # here, not on top: suite.scenario imports this module
@@ -154,4 +182,7 @@ def load_scenario(path: str | Path) -> tuple[Scenario, SourceMap]:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         raise ScenarioError(_format_validation(exc, source, data)) from exc
+    problems = _check_paths(scenario, source)
+    if problems:
+        raise ScenarioError(problems)
     return scenario, source

@@ -12,8 +12,18 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+# Upper bounds on every dimension, far above any published model, so the planner's products (parameters,
+# activation bytes, FLOPs) stay finite floats: `plan` never overflows and `plan --json` never says Infinity.
+Layers = Annotated[int, Field(gt=0, le=10_000)]
+Width = Annotated[int, Field(gt=0, le=2**20)]  # hidden, heads, kv_heads (the largest models use about 2**15)
+Inner = Annotated[int, Field(gt=0, le=2**22)]  # ffn, mlp
+Vocab = Annotated[int, Field(gt=0, le=2**24)]  # vocab, num_classes
+Positions = Annotated[int, Field(gt=0, le=2**24)]  # max_seq_len, as the scenario's seq_len
+Pixels = Annotated[int, Field(gt=0, le=2**16)]  # image_size, patch_size
+
+
 class _Shape(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # rope_theta: .inf is refused
 
     preset: str | None = Field(None, description="Preset this shape came from (filled in by suite; omit it).")
 
@@ -22,12 +32,12 @@ class GptShape(_Shape):
     """GPT-2 style decoder: learned positions, pre-norm LayerNorm blocks with biases, GELU MLP, tied embeddings."""
 
     family: Literal["gpt"] = Field(description="Model family: a GPT-2 style decoder.")
-    layers: int = Field(gt=0, description="Number of transformer blocks (L).")
-    hidden: int = Field(gt=0, description="Hidden size (h).")
-    heads: int = Field(gt=0, description="Attention heads (a); must divide hidden.")
-    vocab: int = Field(gt=0, description="Vocabulary size (GPT-2: 50257).")
-    ffn: int | None = Field(None, gt=0, description="MLP inner size; default 4 x hidden.")
-    max_seq_len: int = Field(1024, gt=0, description="Learned positional embeddings (GPT-2: 1024); caps seq_len.")
+    layers: Layers = Field(description="Number of transformer blocks (L).")
+    hidden: Width = Field(description="Hidden size (h).")
+    heads: Width = Field(description="Attention heads (a); must divide hidden.")
+    vocab: Vocab = Field(description="Vocabulary size (GPT-2: 50257).")
+    ffn: Inner | None = Field(None, description="MLP inner size; default 4 x hidden.")
+    max_seq_len: Positions = Field(1024, description="Learned positional embeddings (GPT-2: 1024); caps seq_len.")
 
     @model_validator(mode="after")
     def _check(self) -> "GptShape":
@@ -60,12 +70,12 @@ class LlamaShape(_Shape):
     """Llama style decoder: RMSNorm, SwiGLU MLP, rotary embeddings, grouped-query attention, untied head."""
 
     family: Literal["llama"] = Field(description="Model family: a Llama style decoder.")
-    layers: int = Field(gt=0, description="Number of transformer blocks (L).")
-    hidden: int = Field(gt=0, description="Hidden size (h).")
-    heads: int = Field(gt=0, description="Query heads (a); must divide hidden.")
-    kv_heads: int = Field(gt=0, description="Key/value heads (grouped-query attention); must divide heads.")
-    ffn: int = Field(gt=0, description="SwiGLU inner size.")
-    vocab: int = Field(gt=0, description="Vocabulary size (Llama 3: 128256).")
+    layers: Layers = Field(description="Number of transformer blocks (L).")
+    hidden: Width = Field(description="Hidden size (h).")
+    heads: Width = Field(description="Query heads (a); must divide hidden.")
+    kv_heads: Width = Field(description="Key/value heads (grouped-query attention); must divide heads.")
+    ffn: Inner = Field(description="SwiGLU inner size.")
+    vocab: Vocab = Field(description="Vocabulary size (Llama 3: 128256).")
     rope_theta: float = Field(500000.0, gt=0, description="Rotary embedding base (Llama 3: 500000).")
 
     @model_validator(mode="after")
@@ -90,13 +100,13 @@ class VitShape(_Shape):
     """torchvision's VisionTransformer (the seed workload): patch conv, class token, encoder, linear head."""
 
     family: Literal["vit"] = Field(description="Model family: torchvision.models.VisionTransformer.")
-    image_size: int = Field(32, gt=0, description="Square input image side in pixels.")
-    patch_size: int = Field(4, gt=0, description="Square patch side; must divide image_size.")
-    layers: int = Field(12, gt=0, description="Encoder blocks (num_layers).")
-    heads: int = Field(8, gt=0, description="Attention heads (num_heads).")
-    hidden: int = Field(384, gt=0, description="Hidden size (hidden_dim).")
-    mlp: int = Field(768, gt=0, description="MLP inner size (mlp_dim).")
-    num_classes: int = Field(10, gt=0, description="Classifier outputs.")
+    image_size: Pixels = Field(32, description="Square input image side in pixels.")
+    patch_size: Pixels = Field(4, description="Square patch side; must divide image_size.")
+    layers: Layers = Field(12, description="Encoder blocks (num_layers).")
+    heads: Width = Field(8, description="Attention heads (num_heads).")
+    hidden: Width = Field(384, description="Hidden size (hidden_dim).")
+    mlp: Inner = Field(768, description="MLP inner size (mlp_dim).")
+    num_classes: Vocab = Field(10, description="Classifier outputs.")
 
     @model_validator(mode="after")
     def _check(self) -> "VitShape":

@@ -7,7 +7,9 @@ kind needs no download.  (Their content differs between Python versions: compare
 Reading is deterministic: files are taken in sorted order of their relative paths, folders starting with "."
 and `site-packages` / `dist-packages` / `__pycache__` are skipped (installed packages differ between machines),
 files with a NUL byte in their first 8 KiB are treated as binary and skipped, and reading stops after
-`MAX_BYTES` (8 MiB).  The whole corpus is one uint8 tensor in memory.
+`MAX_BYTES` (8 MiB).  The whole corpus is one uint8 tensor in memory.  An entry that cannot be read (a
+broken symlink, a FIFO, a permission error) is skipped, and one UnreadableTextWarning names the entries
+skipped: it goes to the rank's stderr, which the launcher keeps in the cell's launcher.log.
 
 Sampling a step: the step's generator draws one start position per sample of the global batch; this rank's
 samples are the windows of seq_len + 1 bytes at its positions; inputs = window[:-1], targets = window[1:].
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -25,6 +28,10 @@ from suite.data import Batch, Data
 
 MAX_BYTES = 8 * 1024 * 1024
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
+
+
+class UnreadableTextWarning(UserWarning):
+    """Entries of data.path were skipped because they could not be read; the message names them."""
 
 
 def default_corpus() -> Path:
@@ -58,18 +65,30 @@ def _read(root_name: str, python_sources_only: bool, max_bytes: int) -> torch.Te
     if not root.exists():
         raise FileNotFoundError(f"data.path {str(root)!r} does not exist (text data needs a file or a folder of text files)")
     suffixes = {".py"} if python_sources_only else None  # the default corpus: Python sources only
-    chunks, total = [], 0
+    chunks, total, skipped = [], 0, []
     for f in _files(root):
         if suffixes is not None and f.suffix not in suffixes:
             continue
-        with open(f, "rb") as fh:
-            blob = fh.read(max_bytes - total)
+        if not f.is_file():  # a broken symlink, a FIFO or socket (opening a FIFO would block forever)
+            skipped.append(f"{f} (not a readable regular file)")
+            continue
+        try:
+            with open(f, "rb") as fh:
+                blob = fh.read(max_bytes - total)
+        except OSError as exc:  # e.g. permission denied: one bad entry must not end the whole corpus
+            skipped.append(f"{f} ({exc.strerror or exc})")
+            continue
         if b"\0" in blob[:8192]:
             continue  # binary file
         chunks.append(blob)
         total += len(blob)
         if total >= max_bytes:
             break
+    if skipped:
+        shown = "; ".join(skipped[:3]) + (f"; and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+        warnings.warn(f"data.path {str(root)!r}: skipped {len(skipped)} unreadable entr"
+                      f"{'y' if len(skipped) == 1 else 'ies'}: {shown}; fix or remove them to read them",
+                      UnreadableTextWarning, stacklevel=2)
     if total == 0:
         raise ValueError(f"data.path {str(root)!r} holds no text files (no readable non-binary file under it)")
     return torch.frombuffer(bytearray(b"".join(chunks)), dtype=torch.uint8)

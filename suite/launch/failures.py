@@ -2,13 +2,14 @@
 
 When a rank dies, the others usually fail too a moment later ("Connection reset by peer" from rank 0's
 all-reduce), and their records then blame the wrong rank.  torchrun's elastic agent knows better: it raises
-`ChildFailedError` whose `.failures` maps each global rank that had ended badly *when the agent noticed* to
-a `ProcessFailure` (pid, exit code, negative for a signal, timestamp).  The ranks torchrun itself stopped
-afterwards are not in it.  The launcher process (suite.launch.torchrun's main) writes them to
-WORKDIR/launcher_failures.json (the path is in FAILURES_ENV):
+`ChildFailedError` whose `.failures` maps global ranks to a `ProcessFailure` (pid, exit code, negative for a
+signal, timestamp in whole seconds).  Its order is the order torchrun noticed them in: first the ranks that had
+ended badly when its monitor looked (in local-rank order), then - for bookkeeping, torch >= 2.8 - the ranks it
+then stopped itself with SIGTERM.  The launcher process (suite.launch.torchrun's main) writes them, with that
+position as `noticed`, to WORKDIR/launcher_failures.json (the path is in FAILURES_ENV):
 
-    {"failures": [{"rank": 1, "local_rank": 1, "pid": 4242, "exitcode": -9, "signal": "SIGKILL",
-                   "timestamp": 1764582000.0}, ...]}            # first one first (see `ordered`)
+    {"failures": [{"rank": 1, "pid": 4242, "exitcode": -9, "local_rank": 1, "signal": "SIGKILL",
+                   "timestamp": 1764582000.0, "noticed": 0}, ...]}      # first one first (see `ordered`)
 
 and the runner reads it back (`read`) to name the culprit at the top of the cell's error.
 """
@@ -35,6 +36,7 @@ class Failure:
     local_rank: int | None = None
     signal: str | None = None  # e.g. SIGKILL, when exitcode < 0
     timestamp: float | None = None  # unix time the launcher noticed (whole seconds from torchrun)
+    noticed: int = 0  # position in torchrun's report (the order it noticed the failures in)
 
     def describe(self) -> str:
         """'rank 1 (pid 4242) was killed by SIGKILL' / 'rank 0 (pid 17) exited with code 1'."""
@@ -52,20 +54,27 @@ def signal_name(exitcode: int) -> str | None:
         return f"signal {-exitcode}"
 
 
+def stopped_by_launcher(f: Failure) -> bool:
+    """A SIGTERM that torchrun noticed after another failure: its own stop of the remaining ranks."""
+    return f.signal == "SIGTERM" and f.noticed > 0
+
+
 def ordered(failures: list[Failure]) -> list[Failure]:
-    """First failure first: the earliest timestamp; at the same time (torchrun counts whole seconds), a rank
-    killed by a signal before one that exited with an error (a killed peer is what makes the others fail,
-    never the other way round), then by rank."""
-    return sorted(failures, key=lambda f: (f.timestamp or 0.0, f.signal is None, f.rank))
+    """First failure first: ranks torchrun stopped itself last; then the earliest timestamp; at the same time
+    (whole seconds), a rank killed by a signal before one that exited with an error (a killed peer is what
+    makes the others fail, never the other way round - and torchrun lists the ranks of one look by local
+    rank, not by time); then torchrun's order."""
+    return sorted(failures, key=lambda f: (stopped_by_launcher(f), f.timestamp or 0.0, f.signal is None,
+                                           f.noticed, f.rank))
 
 
 def from_child_failed(exc) -> list[Failure]:
     """The failures of a torch.distributed.elastic ChildFailedError (anything with `.failures`), ordered."""
     out = []
-    for rank, pf in (getattr(exc, "failures", None) or {}).items():
+    for i, (rank, pf) in enumerate((getattr(exc, "failures", None) or {}).items()):
         out.append(Failure(rank=int(rank), pid=int(pf.pid), exitcode=int(pf.exitcode),
                            local_rank=getattr(pf, "local_rank", None), signal=signal_name(int(pf.exitcode)),
-                           timestamp=float(pf.timestamp) if getattr(pf, "timestamp", None) else None))
+                           timestamp=float(pf.timestamp) if getattr(pf, "timestamp", None) else None, noticed=i))
     return ordered(out)
 
 

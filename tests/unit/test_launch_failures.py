@@ -27,8 +27,13 @@ def test_a_killed_rank_comes_before_its_peer_that_failed_in_the_same_second(tmp_
     assert [(f.rank, f.pid, f.exitcode, f.signal) for f in got] == [(1, 1001, -9, "SIGKILL"), (0, 1000, 1, None)]
     assert got[0].describe() == "rank 1 (pid 1001) was killed by SIGKILL"
     assert got[1].describe() == "rank 0 (pid 1000) exited with code 1"
+    assert [f.noticed for f in got] == [1, 0]  # torchrun's own order is kept
     # an earlier timestamp wins whatever the kind
     assert [f.rank for f in failures.from_child_failed(_child_failed({0: 1, 1: -9}, {0: 99, 1: 100}))] == [0, 1]
+    # torchrun lists the ranks it stopped itself (SIGTERM) after the one that failed: they never come first
+    stopped = failures.from_child_failed(_child_failed({1: -9, 0: -15}, {1: 100, 0: 100}))
+    assert [(f.rank, f.signal) for f in stopped] == [(1, "SIGKILL"), (0, "SIGTERM")]
+    assert failures.from_child_failed(_child_failed({0: -15}, {0: 100}))[0].signal == "SIGTERM"  # a SIGTERM alone
 
     failures.write(got, tmp_path / failures.FILE_NAME)
     assert failures.read(tmp_path) == (got, None)

@@ -207,10 +207,16 @@ app.add_typer(results_app, name="results")
 
 @results_app.command("ls")
 def results_ls(root: Path = typer.Argument(Path("results"), help="Results root.")) -> None:
-    """List run folders: scenario, time, commit, counts per status."""
-    from suite.console import console
+    """List run folders: scenario, time, commit, counts per status (unreadable ones too, with why)."""
+    from rich.markup import escape
+
+    from suite.console import EXIT_INPUT, console, err_console
     from suite.results.show import runs_table
 
+    if root.exists() and not root.is_dir():  # listing nothing would hide the mistake
+        err_console.print(f"[red]error:[/red] {escape(str(root))}: not a folder; give the results root (the "
+                          "folder `suite run --results` wrote to)", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INPUT)
     console.print(runs_table(root))
 
 

@@ -126,3 +126,12 @@ def test_results_show_of_a_folder_without_cells_says_so(cli, stored_run):
     assert result.exit_code == EXIT_INPUT
     (line,) = _error_lines(result)
     assert str(run) in line and "cells" in line, line
+
+
+def test_results_ls_of_a_file_is_an_input_error(cli, tmp_path):
+    f = tmp_path / "results.txt"
+    f.write_text("not a folder")
+    result = cli("results", "ls", f)
+    assert result.exit_code == EXIT_INPUT
+    (line,) = _error_lines(result)
+    assert str(f) in line and "not a folder" in line

@@ -147,7 +147,8 @@ def _check_paths(scenario: Scenario, source: SourceMap) -> list[str]:
         if isinstance(st, str):
             problems.append(f"{where}: data.path: {clip(repr(data.path))}: {st} (from {os.getcwd()}); give an "
                             f"existing text file or folder, or leave path out for the Python standard library")
-        elif not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)) or not os.access(data.path, os.R_OK):
+        elif not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)) or not os.access(
+                Path(data.path).expanduser(), os.R_OK):
             problems.append(f"{where}: data.path: {clip(repr(data.path))} is not a readable file or folder")
     elif data.kind == "cifar10":
         where, folder = source.where("data", "root"), os.path.join(data.root, "cifar-10-batches-py")
@@ -169,8 +170,7 @@ def load_scenario(path: str | Path) -> tuple[Scenario, SourceMap]:
     before anything walks it; then the line map, pydantic validation and the data-path checks.
     """
     name = str(path)
-    root, data = parse(Path(path))
-    lines, duplicates = _line_map(root)
+    (lines, duplicates), data = parse(Path(path), _line_map)
     source = SourceMap(name, lines)
     if duplicates:
         raise ScenarioError([f"{name}:{d}" for d in duplicates[:MAX_PROBLEMS]])

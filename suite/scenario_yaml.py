@@ -16,13 +16,14 @@ and stops at the first bound it passes, before any Python object is built:
 - integers: at most MAX_INT_DIGITS characters, and any constructor ValueError (`2001-13-45` as a date,
   `!!float abc`) becomes a marked YAML error instead of a traceback.
 
-`parse(path)` returns (root node, data) or raises ScenarioError; the node graph is what the line map walks.
+`parse(path, inspect)` returns (inspect(root node), data) or raises ScenarioError; the line map is the
+inspector, run on the composed graph before construction (which rewrites `<<` merge keys in place).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import yaml
 from yaml.constructor import ConstructorError
@@ -158,14 +159,18 @@ def read_text(path: Path) -> str:
                              f"save the file as UTF-8"]) from exc
 
 
-def parse(path: Path) -> tuple[yaml.Node | None, Any]:
-    """(root node, constructed data) of a scenario file within the bounds above, or ScenarioError."""
+T = TypeVar("T")
+
+
+def parse(path: Path, inspect: Callable[[yaml.Node | None], T]) -> tuple[T, Any]:
+    """(inspect(root node), constructed data) of a scenario file within the bounds above, or ScenarioError."""
     name = str(path)
     text = read_text(path)
     loader = None
     try:
         loader = _BoundedLoader(text)  # its reader already refuses control characters
         root = loader.get_single_node()
+        seen = inspect(root)  # before constructing: merge keys (`<<: *base`) are still written as in the file
         data = loader.construct_document(root) if root is not None else None
     except _Bound as exc:
         raise ScenarioError([f"{name}:{exc.line}: {exc.message}"]) from exc
@@ -174,7 +179,7 @@ def parse(path: Path) -> tuple[yaml.Node | None, Any]:
     finally:
         if loader is not None:
             loader.dispose()
-    return root, data
+    return seen, data
 
 
 def _line(exc: yaml.YAMLError, text: str) -> int:

@@ -272,3 +272,12 @@ def test_missing_cifar10_folder_is_a_warning_unless_downloaded(cli, write_scenar
     assert len(warnings) == warned, result.stderr
     if warned:
         assert warnings[0].startswith(f"warning: {path}:3: data.root: ") and "download: true" in warnings[0]
+
+
+def test_merge_keys_may_override_what_they_merge(write_scenario):
+    # `<<: *a` then `layers: 4` is YAML's override idiom, not a key given twice (the line map reads the file as
+    # written, before construction merges).
+    path = write_scenario("name: t\nseq_len: 8\nmodel:\n  - &a {family: gpt, layers: 2, hidden: 64, heads: 4, "
+                          "vocab: 256}\n  - {<<: *a, layers: 4}\n")
+    _, cells = load_cells(str(path))
+    assert [c.model.layers for c in cells] == [2, 4]

@@ -223,8 +223,8 @@ def _check_size(scenario: Scenario, src: SourceMap) -> None:
     if total > MAX_CELLS:
         longest = max(lengths, key=lengths.get)
         product = " x ".join(f"{axis} {n}" for axis, n in lengths.items() if n > 1)
-        raise ScenarioError([f"{src.where(longest)}: {longest}: the axes expand to {total:,} cells ({product}); "
-                             f"the limit is {MAX_CELLS:,}: sweep fewer values or split the scenario into several files"])
+        raise ScenarioError([f"{src.where(longest)}: {longest}: the axes expand to {total:,} cells ({product}); the "
+                             f"limit is {MAX_CELLS:,}: sweep fewer values or split the scenario into several files"])
 
 
 def _describe(combo: dict[str, Any]) -> str:

@@ -2,7 +2,8 @@
 pydantic's validation errors are turned into lines a person can act on.
 
 suite/scenario.py holds the models (what a scenario *is*); this module holds reading one from YAML (where its
-mistakes are); suite/scenario_yaml.py reads the YAML itself within fixed bounds.  load_scenario, ScenarioError and SourceMap are also importable from suite.scenario.
+mistakes are); suite/scenario_yaml.py reads the YAML itself within fixed bounds.  load_scenario, ScenarioError
+and SourceMap are also importable from suite.scenario.
 """
 
 from __future__ import annotations
@@ -123,7 +124,9 @@ def _format_validation(err: ValidationError, source: SourceMap, data: Any) -> li
         (problems if path is not None else fallback).append(f"{source.where(*loc)}: {field}: {msg}{got}")
     # Keep the distinct lines, in order; the ruled-out branches only if nothing else explains the error.
     out = list(dict.fromkeys(problems or fallback))
-    return out if len(out) <= MAX_PROBLEMS else out[:MAX_PROBLEMS] + [f"... and {len(out) - MAX_PROBLEMS} more problems"]
+    if len(out) > MAX_PROBLEMS:
+        out = out[:MAX_PROBLEMS] + [f"... and {len(out) - MAX_PROBLEMS} more problems"]
+    return out
 
 
 def _stat(path: str) -> os.stat_result | str:

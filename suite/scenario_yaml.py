@@ -30,6 +30,11 @@ from yaml.constructor import ConstructorError
 from yaml.events import AliasEvent, CollectionStartEvent, NodeEvent
 from yaml.reader import ReaderError
 
+MAX_BYTES = 256 * 1024  # the shipped scenarios are 1-2 KB; 100x that is still a sane hand-written file
+MAX_DEPTH = 32  # a scenario nests 4 levels (convergence.match, data, ray.resources_per_worker)
+MAX_ALIASES = 100
+MAX_NODES = 10_000  # about 0.5 s of pure-Python parsing; a 10,000-value sweep would be far past MAX_CELLS anyway
+MAX_INT_DIGITS = 20  # 2**64 has 20 digits: every integer a scenario needs fits
 
 
 class ScenarioError(Exception):
@@ -43,12 +48,6 @@ class ScenarioError(Exception):
 def clip(text: str, limit: int = 80) -> str:
     """`text` cut to `limit` characters: an error quotes what the user wrote, never hundreds of KB of it."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
-
-MAX_BYTES = 256 * 1024  # the shipped scenarios are 1-2 KB; 100x that is still a sane hand-written file
-MAX_DEPTH = 32  # a scenario nests 4 levels (convergence.match, data, ray.resources_per_worker)
-MAX_ALIASES = 100
-MAX_NODES = 10_000  # about 0.5 s of pure-Python parsing; a 10,000-value sweep would be far past MAX_CELLS anyway
-MAX_INT_DIGITS = 20  # 2**64 has 20 digits: every integer a scenario needs fits
 
 
 class _Bound(yaml.YAMLError):

@@ -16,7 +16,8 @@ What goes in is explicit, so a result depends on the image and the cell, not on 
 
 The container's output is streamed into the cell's launcher.log; the cell's timeout and the runner's stop
 event (Ctrl-C) stop it (SIGTERM, then SIGKILL after a grace period), and it is removed afterwards whatever
-happened. The image's digest (its registry digest when it has one, else its local image id) is returned in
+happened.  A runner killed hard (SIGKILL, OOM killer) cannot remove it: a watchdog process does, and the next
+container launch removes any whose runner is dead (suite/launch/container_watch.py).  The image's digest (its registry digest when it has one, else its local image id) is returned in
 `LaunchResult.extra["image_digest"]` and given by `image_identity()` for the run's manifest.
 """
 
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from suite.launch import LaunchRequest, LaunchResult
+from suite.launch import LaunchRequest, LaunchResult, container_watch
 from suite.launch.supervise import GRACE_S, outcome_error, supervise
 from suite.launch.torchrun import command as torchrun_command, environment
 from suite.results.env import allowed_env
@@ -138,7 +139,7 @@ def container_spec(request: LaunchRequest, image: str | None = None, *, host_env
         "ulimits": GPU_ULIMITS if device == "cuda" else STACK,
         "init": True,  # a real PID 1 reaps the ranks and forwards the stop signal
         "labels": {LABEL: "container", "io.github.suite.cell": request.label, **_env_labels(host_env),
-                   **(labels or {})},
+                   **(labels or {})},  # run_cell adds the runner's (container_watch.runner_labels)
         "detach": True,
     }
 
@@ -218,13 +219,18 @@ def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable
         return result
     spec = container_spec(request, image)
     result.extra.update(image=image, command=spec["command"])
-    container = None
+    container = watchdog = None
     try:
         try:  # a launch that cannot start is a failed cell with a reason, not a crashed run
             c = docker_client or client()
             result.extra["image"], result.extra["image_digest"] = image_identity(image, c)
+            swept = container_watch.sweep_orphans(c, LABEL)  # left by runners killed hard
+            if swept:
+                result.extra["orphans_removed"] = swept
+            spec["labels"].update(container_watch.runner_labels())
             container = c.containers.create(**_to_sdk(spec))
             result.extra["container"] = container.short_id
+            watchdog = container_watch.start_watchdog(container.id)
             result.started = time.time()
             container.start()
         except (RuntimeError, _docker().errors.DockerException) as exc:
@@ -236,6 +242,8 @@ def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable
                               on_poll=on_poll, grace_s=grace_s))
         logs.join(timeout=10)
     finally:
+        if watchdog is not None:
+            container_watch.stop_watchdog(watchdog)
         if container is not None:
             container.remove(force=True)  # also on Ctrl-C (KeyboardInterrupt) and on errors above
     result.error = outcome_error(result, request.timeout_s, log_path)

@@ -11,7 +11,10 @@ above it with Linux's parent-death signal (prctl PR_SET_PDEATHSIG), set by each 
   child's process group (each rank is a group leader: torchrun starts them with start_new_session) and exits;
   a handled signal, not SIGKILL, because only the launcher knows its children;
 - each rank asks for SIGKILL when its launcher dies (`die_with_parent`), which covers a launcher that was
-  itself killed hard (its handler never ran).
+  itself killed hard (its handler never ran);
+- launcher: ray - the cell's driver asks for SIGKILL when the runner dies (Ray then ends the dead driver's
+  job, its Train controller and worker actors), and the nodes of a private cluster (`ray start --block`)
+  run under `run_guarded`, a guarded launcher for any program: its node's gcs, raylet and agents die too.
 
 The kernel delivers the signal when the parent *thread* that forked the process exits (the runner and torchrun
 start their children from the thread that then supervises them, so that is the process's end).  The setting
@@ -26,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 
 PARENT_ENV = "SUITE_LIFELINE_PARENT"  # the runner's pid, for the launcher process
@@ -104,3 +108,28 @@ def guard_launcher() -> bool:
     os.environ[RANK_PARENT_ENV] = str(os.getpid())
     signal.signal(LAUNCHER_SIGNAL, _on_parent_death)
     return die_with_parent(LAUNCHER_SIGNAL, PARENT_ENV)
+
+
+
+def run_guarded(argv: list[str]) -> int:
+    """Run `argv` as a guarded launcher would (for programs that are not suite's own Python, such as
+    `ray start --block`): when our parent dies, every descendant is SIGKILLed - Ray's agents too, which
+    outlive their raylet for seconds otherwise.  SIGTERM / SIGINT are passed on (a stop lets `ray start`
+    stop its node); the exit code is the program's."""
+    guard_launcher()
+    child = subprocess.Popen(argv)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    return child.wait()
+
+
+def guarded_command(argv: list[str]) -> list[str]:
+    """`argv` started through run_guarded: `python -m suite.launch.lifeline ARGV...`."""
+    return [sys.executable, "-m", "suite.launch.lifeline", *argv]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        print("usage: python -m suite.launch.lifeline PROGRAM [ARGS...]", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(run_guarded(sys.argv[1:]))

@@ -9,7 +9,8 @@
                ScalingConfig / CheckpointConfig / FailureConfig), supervised like torchrun
                (suite/launch/supervise.py): polled, stopped at timeout_s or on Ctrl-C (SIGTERM, then SIGKILL),
                never left behind.  Ray kills the job of a dead driver, so the cell's worker actors go with it
-               and the cluster stays up.
+               and the cluster stays up.  When the runner itself is killed hard, the driver and a private
+               cluster die with it (parent-death signals, suite/launch/lifeline.py).
     result     the driver's ray_driver.json (timings, placement, restarts, checkpoints, restored best) goes
                into LaunchResult.extra["ray"]; the ranks' records are in the work folder as under torchrun
                (with their node ids: the runner checks that they ran on `nodes` distinct nodes).
@@ -42,7 +43,7 @@ from typing import Callable
 
 import psutil
 
-from suite.launch import LaunchRequest, LaunchResult
+from suite.launch import LaunchRequest, LaunchResult, lifeline
 from suite.launch.ray_cluster import PRIVATE_ENV, LocalCluster
 from suite.launch.supervise import GRACE_S, outcome_error, supervise
 
@@ -164,7 +165,9 @@ def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable
         result.started = time.time()
         # Its own session and process group: stopping the cell signals that group only.
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**driver_env(address, cluster), **request.env}, start_new_session=True)
+                                env={**driver_env(address, cluster), **request.env,
+                                     lifeline.PARENT_ENV: str(os.getpid())},  # the driver dies with us
+                                start_new_session=True)
         result.take(supervise(GroupHandle(proc), timeout_s=request.timeout_s, stop=stop, on_poll=on_poll,
                               grace_s=grace_s))
     facts = _read_json(workdir / "ray_driver.json")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import psutil
 
+from suite.launch import lifeline
 from suite.launch.supervise import alive, stop_gracefully
 
 PRIVATE_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -127,7 +128,10 @@ class LocalCluster:
     def _spawn(self, head: bool, index: int) -> None:
         log = open(Path(self.temp_dir) / f"node{index}.log", "wb")
         # A new session: a Ctrl-C in the terminal goes to the runner/test only, which stops the cluster itself.
-        self.procs.append(subprocess.Popen(self._node_cmd(head), env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        # Tied to this process (lifeline.run_guarded): a runner killed hard takes its private cluster along.
+        env = {**self.env, lifeline.PARENT_ENV: str(os.getpid())}
+        self.procs.append(subprocess.Popen(lifeline.guarded_command(self._node_cmd(head)), env=env, stdout=log,
+                                           stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, start_new_session=True))
         log.close()
 

@@ -25,12 +25,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import traceback
 from pathlib import Path
 
 T_PROCESS = time.time()  # before the heavy imports: the driver's own start-up is part of the overhead
+
+if __name__ == "__main__":  # before Ray's seconds of importing: a runner killed hard takes its driver along
+    from suite.launch.lifeline import PARENT_ENV, die_with_parent
+
+    die_with_parent(signal.SIGKILL, PARENT_ENV)  # Ray then ends the dead driver's job (its actors)
 
 import ray  # noqa: E402
 from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, UserCallback  # noqa: E402

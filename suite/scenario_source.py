@@ -38,6 +38,8 @@ def _line_map(root: yaml.Node | None) -> tuple[dict[tuple, int], list[str]]:
         lines[path] = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode):
+                    continue  # `? [a]: 1`: a list or mapping as a key; construction refuses it next, at its line
                 child = path + (key.value,)
                 if child in lines:
                     first = lines[child]

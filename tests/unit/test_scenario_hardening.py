@@ -281,3 +281,8 @@ def test_merge_keys_may_override_what_they_merge(write_scenario):
                           "vocab: 256}\n  - {<<: *a, layers: 4}\n")
     _, cells = load_cells(str(path))
     assert [c.model.layers for c in cells] == [2, 4]
+
+
+def test_a_collection_as_a_key_is_a_line_error(cli, write_scenario):
+    path = write_scenario(HEAD + "? warmup_steps: 10\n")  # found by scripts/fuzz-scenarios (seed 4823)
+    one_error(cli("validate", path), path, 4, "malformed YAML", "unhashable key")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import time
 import tracemalloc
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 REPO = Path(__file__).resolve().parents[2]
 BASES = [p.read_bytes() for p in sorted((REPO / "scenarios").glob("*.yaml"))]
 SECONDS, MEGABYTES = 2.0, 500
+HARD_STOP_S = 10  # a runaway example (an unbounded expansion) is stopped here and reported, not waited for
 
 Choose = Callable[[int], int]
 
@@ -135,15 +137,38 @@ def _run(path: Path) -> tuple[str, str]:
     return "valid", ""
 
 
+class _Overtime(BaseException):
+    """Raised by the alarm; a BaseException so that _run's `except Exception` does not swallow it."""
+
+
+def _alarm(signum, frame):
+    raise _Overtime
+
+
+def _guarded(path: Path) -> tuple[str, str]:
+    """_run under a SIGALRM of HARD_STOP_S (POSIX, main thread: where pytest and the script run checks)."""
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, HARD_STOP_S)
+    try:
+        return _run(path)
+    except _Overtime:
+        return "bad", f"did not finish within {HARD_STOP_S} s"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def check(text: bytes, path: Path) -> Outcome:
     """Write `text` to `path`, load + expand + plan it, classify; timed alone, then measured under tracemalloc."""
     path.write_bytes(text)
     start = time.perf_counter()
-    kind, detail = _run(path)
+    kind, detail = _guarded(path)
     seconds = time.perf_counter() - start
+    if kind == "bad":
+        return Outcome(kind, seconds, 0.0, detail)  # not run again: it may be the runaway kind
     tracemalloc.start()
     try:
-        _run(path)
+        _guarded(path)
         megabytes = tracemalloc.get_traced_memory()[1] / 2**20
     finally:
         tracemalloc.stop()

@@ -141,6 +141,11 @@ def comm(ops: Optional[str] = typer.Option(None, "--ops", help="Comma list of al
     except CommError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(130 if exc.interrupted else 1)
+    except OSError as exc:  # store.WriteError names the path and what to do (a full or read-only results folder)
+        from suite.console import EXIT_ENVIRONMENT
+
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_ENVIRONMENT)
     console.print(comm_table(run, f"collectives on {run.results[0].world_size} x {run.results[0].device_name} "
                                   f"({run.args.backend}); {run.args.iters} iters after {run.args.warmup} warm-up"))
     console.print(f"stored: {run_dir}", highlight=False, markup=False, soft_wrap=True)

@@ -103,3 +103,11 @@ def test_a_read_only_proc_path_is_a_write_error_for_root_too(tmp_path):
     # /proc refuses new files even for root (chmod would not stop root): a real OS refusal, not a mock
     with pytest.raises(store.WriteError, match="/proc"):
         store.create_run_dir("/proc", "smoke", None)
+
+
+def test_suite_comm_under_a_file_exits_3_naming_the_path(cli, tmp_path):
+    """`suite comm` creates its run folder before it starts any rank: an unwritable root is exit 3, no traceback."""
+    (tmp_path / "file").write_text("x")
+    out = cli("comm", "--results", tmp_path / "file" / "sub", "--sizes", "1KiB", "--iters", "1", "--device", "cpu")
+    assert out.exit_code == EXIT_ENVIRONMENT, out.output
+    assert "cannot write results" in out.output and str(tmp_path / "file") in out.output

@@ -230,7 +230,7 @@ def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable
             spec["labels"].update(container_watch.runner_labels())
             container = c.containers.create(**_to_sdk(spec))
             result.extra["container"] = container.short_id
-            watchdog = container_watch.start_watchdog(container.id)
+            watchdog = container_watch.start_watchdog(container.id, log_path)
             result.started = time.time()
             container.start()
         except (RuntimeError, _docker().errors.DockerException) as exc:

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -55,10 +56,13 @@ def sweep_orphans(docker_client, label: str) -> list[str]:
     return removed
 
 
-def start_watchdog(container_id: str) -> subprocess.Popen:
-    """The watchdog for one running container (see the module docstring)."""
-    return subprocess.Popen([sys.executable, "-m", "suite.launch.container_watch", container_id, str(os.getpid())],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+def start_watchdog(container_id: str, log_path: Path) -> subprocess.Popen:
+    """The watchdog for one running container (see the module docstring).  Its note goes to the cell's log:
+    never to the runner's stderr, whose pipe (`suite run | tee`) it would otherwise hold open."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "suite.launch.container_watch", container_id,
+                                 str(os.getpid())], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True)
 
 
 def stop_watchdog(proc: subprocess.Popen) -> None:

@@ -60,7 +60,8 @@ def _wait_all_gone(run, since: float, limit: float) -> tuple[float, list[int]]:
     return time.monotonic() - since, run.alive()
 
 
-@pytest.mark.parametrize("fault", [None, "stubborn@2"], ids=["training", "hanging-ignoring-sigterm"])
+@pytest.mark.parametrize("fault", [None, "hang@2", "stubborn@2"],
+                         ids=["training", "hanging", "hanging-ignoring-sigterm"])
 def test_kill9_of_the_runner_takes_the_cell_along_and_resume_completes(tmp_path, fault):
     from suite.cells import load_cells
 

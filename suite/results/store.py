@@ -12,7 +12,8 @@ Layout of one invocation of `suite run` (a *run folder*):
 NNNN is one more than the highest number already taken in the scenario's folder.  A number is taken by
 creating `.NNNN.reserved` there with O_EXCL (which fails when the file exists), before the folder is made:
 the folder's name also holds the second it was made, so mkdir alone would let two runs started in different
-seconds both be 0001.  A run that finds the number reserved tries the next one.  Every JSON record is first
+seconds both be 0001.  A run that finds the number reserved, or (once it holds the reservation) finds a
+folder of that number, tries the next one; the reservation is removed once the folder exists.  Every JSON record is first
 written to a temp file in the same folder, flushed to disk, then linked to its final name: a reader sees
 either nothing or the whole record, and `os.link` refuses an existing name, so no record is ever replaced.
 Reading them back is reader.py's.
@@ -100,6 +101,10 @@ def write_atomic(path: Path, text: str, *, overwrite: bool = False) -> Path:
     return path
 
 
+def _number_used(base: Path, number: int) -> bool:
+    return any((m := RUN_NAME.match(p.name)) and int(m.group(1)) == number for p in base.iterdir())
+
+
 def _taken(base: Path) -> int:
     """The highest run number used in a scenario folder: run folders (any suite version) and reservations."""
     numbers = [0]
@@ -121,16 +126,25 @@ def create_run_dir(root: Path, scenario: str, git_commit: str | None, now: datet
         base.mkdir(parents=True, exist_ok=True)
         number = _taken(base) + 1
         for _ in range(1000):  # another run may reserve a number between our listing and our reservation
+            reservation = base / RESERVED.format(number=number)
             try:
-                os.close(os.open(base / RESERVED.format(number=number), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-                run = base / f"{number:04d}_{sha}_{stamp}"
-                run.mkdir()  # fails only if a folder of this number was made without a reservation (a copy)
+                os.close(os.open(reservation, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             except FileExistsError:
                 number += 1
                 continue
-            (run / "cells").mkdir()
-            (run / "work").mkdir()
-            return run
+            try:
+                # Holding the reservation, look again: a run that reserved this number before us has made its
+                # folder before it released the reservation, so its folder is visible now.
+                if _number_used(base, number):
+                    number += 1
+                    continue
+                run = base / f"{number:04d}_{sha}_{stamp}"
+                run.mkdir()
+                (run / "cells").mkdir()
+                (run / "work").mkdir()
+                return run
+            finally:
+                reservation.unlink(missing_ok=True)  # the folder now holds the number: no litter left behind
     except FileExistsError as exc:  # base (or a folder above it) is a file: mkdir(exist_ok) says "exists"
         raise WriteError(f"{base}: cannot make the results folder, a file is in the way; {WHAT_TO_DO}") from exc
     except OSError as exc:

@@ -68,3 +68,15 @@ def test_numbers_continue_after_reservations_and_old_folders(tmp_path):
     (base / "0007_deadbee_20250101T000000Z").mkdir()  # made by a suite without reservations
     (base / ".0009.reserved").touch()  # a run that reserved 9 and has not made its folder yet
     assert store.create_run_dir(tmp_path, "smoke", None, T0).name.startswith("0010_")
+
+
+def test_a_released_number_is_not_taken_twice_and_nothing_is_left_behind(tmp_path, monkeypatch):
+    """The reservation is removed once the folder exists; a run that then reserves the same number (it listed
+    the folder before the first run made it) finds the folder and moves on."""
+    first = store.create_run_dir(tmp_path, "smoke", "abc", T0)
+    base = tmp_path / "smoke"
+    assert [p.name for p in base.iterdir()] == [first.name]  # no .0001.reserved litter
+    # a second run that listed the folder when it was still empty: it tries 0001 first
+    monkeypatch.setattr(store, "_taken", lambda b: 0)
+    second = store.create_run_dir(tmp_path, "smoke", "abc", T0 + timedelta(seconds=1))
+    assert second.name.startswith("0002_") and sorted(p.name for p in base.iterdir()) == [first.name, second.name]

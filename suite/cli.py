@@ -13,6 +13,15 @@ from suite import __version__
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reproducible benchmarks for distributed PyTorch training.")
 
 
+def _error(exc: BaseException | str) -> None:
+    """One `error: ...` line on stderr; the text is the user's or the OS's, so never read as rich markup."""
+    from rich.markup import escape
+
+    from suite.console import err_console
+
+    err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+
+
 def _load(path: Path):
     """Load and expand a scenario, or print its problems and exit 2 (warnings are printed and do not fail)."""
     from rich.markup import escape  # problems quote the user's text: `[x]` in it is not rich markup
@@ -87,21 +96,14 @@ def schema() -> None:
 @app.command()
 def strategies(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """List the registered strategies: family, what they shard, what they communicate, twin (the registry)."""
-    from dataclasses import asdict
-
     from suite.console import console, table
-    from suite.strategies import registry
+    from suite.strategies import listing
 
-    specs = registry.specs()
     if as_json:
-        typer.echo(json.dumps([{**asdict(s), "shards": asdict(s.shards)} for s in specs], indent=1))
+        typer.echo(json.dumps(listing.as_json(), indent=1))
         return
-    body = [[s.name, ", ".join(s.aliases) or "-", s.family,
-             ", ".join(k.replace("_", " ") for k, v in asdict(s.shards).items() if v) or "nothing",
-             f"{s.comm.per_step:g}" + (f" + {s.comm.per_micro_batch:g} k" if s.comm.per_micro_batch else "") + " Psi",
-             s.twin or "-", "yes" if s.checkpointable else "no", s.summary] for s in specs]
-    cols = ["strategy", "aliases", "family", "shards", "comm/step", "twin of", "checkpoints", "what"]
-    console.print(table(f"{len(specs)} strategies (suite/strategies/registry.py)", cols, body))
+    body = listing.rows()
+    console.print(table(f"{len(body)} strategies (suite/strategies/registry.py)", listing.COLUMNS, body))
 
 
 @app.command()
@@ -124,8 +126,6 @@ def comm(ops: Optional[str] = typer.Option(None, "--ops", help="Comma list of al
     """Measure collective time, algbw and busbw (NCCL-tests conventions) and check the results."""
     import sys
 
-    from rich.markup import escape
-
     from suite.comm.launch import CommError
     from suite.comm.run import run_comm
     from suite.comm.sizes import CommArgError
@@ -136,16 +136,14 @@ def comm(ops: Optional[str] = typer.Option(None, "--ops", help="Comma list of al
         run_dir, run = run_comm(ops=ops, sizes=sizes, gpus=gpus, iters=iters, warmup=warmup, results=results,
                                 device=device, timeout_s=timeout, command=["suite", *sys.argv[1:]])
     except CommArgError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        _error(exc)
         raise typer.Exit(2)
     except CommError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        _error(exc)
         raise typer.Exit(130 if exc.interrupted else 1)
     except OSError as exc:  # store.WriteError names the path and what to do (a full or read-only results folder)
-        from suite.console import EXIT_ENVIRONMENT
-
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_ENVIRONMENT)
+        _error(exc)
+        raise typer.Exit(3)  # suite.console.EXIT_ENVIRONMENT
     console.print(comm_table(run, f"collectives on {run.results[0].world_size} x {run.results[0].device_name} "
                                   f"({run.args.backend}); {run.args.iters} iters after {run.args.warmup} warm-up"))
     console.print(f"stored: {run_dir}", highlight=False, markup=False, soft_wrap=True)
@@ -229,9 +227,7 @@ def results_ls(root: Path = typer.Argument(Path("results"), help="Results root."
 def results_show(target: str = typer.Argument(..., help="Run folder, run name, cell JSON file or cell id."),
                  root: Path = typer.Option(Path("results"), "--results", help="Results root to search.")) -> None:
     """Show one run's cells as a table, or one cell result in detail."""
-    from rich.markup import escape
-
-    from suite.console import console, err_console
+    from suite.console import console
     from suite.results import reader
     from suite.results.show import cell_detail, cells_table, find
 
@@ -242,7 +238,7 @@ def results_show(target: str = typer.Argument(..., help="Run folder, run name, c
         else:
             console.print(cell_detail(found))
     except reader.StoreError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        _error(exc)
         raise typer.Exit(2)
 
 
@@ -291,11 +287,7 @@ def main() -> None:
     try:
         app()
     except PluginError as exc:  # a bad SUITE_PLUGINS: a clean error, whichever command met it first
-        from rich.markup import escape
-
-        from suite.console import err_console
-
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        _error(exc)
         raise SystemExit(2) from None
 
 

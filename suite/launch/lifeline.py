@@ -96,6 +96,9 @@ def kill_children_groups() -> list[int]:
 
 
 def _on_parent_death(signum, _frame) -> None:
+    # Once is enough: a second delivery (seen under load) re-entering the handler mid-way would abandon the
+    # first one's work half done.
+    signal.signal(signum, signal.SIG_IGN)
     pids = kill_children_groups()
     print(f"suite: the runner died; killed the cell's processes {pids} ({signal.Signals(signum).name})",
           file=sys.stderr, flush=True)
@@ -105,10 +108,11 @@ def _on_parent_death(signum, _frame) -> None:
 def guard_launcher() -> bool:
     """In the launcher process: when the runner dies, kill every rank and exit (see the module docstring).
     Also tells the ranks this process's pid (RANK_PARENT_ENV), for their own die_with_parent."""
+    import psutil  # noqa: F401 - imported now, not inside the signal handler (an import there can be cut short)
+
     os.environ[RANK_PARENT_ENV] = str(os.getpid())
     signal.signal(LAUNCHER_SIGNAL, _on_parent_death)
     return die_with_parent(LAUNCHER_SIGNAL, PARENT_ENV)
-
 
 
 def run_guarded(argv: list[str]) -> int:

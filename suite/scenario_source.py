@@ -135,7 +135,7 @@ def _stat(path: str) -> os.stat_result | str:
     """os.stat of a path the user wrote, or why it cannot be used (missing, NUL byte, name too long)."""
     try:
         return os.stat(Path(path).expanduser())
-    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL byte
+    except (OSError, ValueError, RuntimeError) as exc:  # ValueError: a NUL byte; RuntimeError: ~nosuchuser
         return getattr(exc, "strerror", None) or str(exc)
 
 

@@ -27,8 +27,12 @@ class DamagedRun(Exception):
     """A run folder --resume cannot continue; the message names the file and what to do."""
 
 
-def _damaged(run_dir: Path, problem: str) -> DamagedRun:
-    """`problem` names the file and, from the reader, says to repair or move it; add the other way out."""
+def _damaged(run_dir: Path, problem: str, missing: bool = False) -> DamagedRun:
+    """`problem` names the file and, from the reader, says to repair or move it; add the other way out.
+    A missing scenario.yaml or manifest cannot be repaired by moving anything: only a new run helps."""
+    if missing:
+        return DamagedRun(f"--resume: {problem}: this run folder cannot be resumed; start a new run from the "
+                          f"scenario file ({run_dir} stays as it is)")
     if reader.FIX not in problem:
         problem = f"{problem}; {reader.FIX}"
     return DamagedRun(f"--resume: {problem}, or start a new run from the scenario file ({run_dir} stays as it is)")
@@ -40,7 +44,7 @@ def stored_scenario(run_dir: Path) -> Scenario:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise _damaged(run_dir, f"{path} is missing") from None
+        raise _damaged(run_dir, f"{path} is missing", missing=True) from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise _damaged(run_dir, f"{path}: cannot read it ({' '.join(str(exc).split())})") from exc
     try:
@@ -56,6 +60,8 @@ def read_stored(run_dir: Path) -> tuple[Scenario, dict, list[CellResult]]:
     """(scenario, options saved by the first session, stored cell results) or DamagedRun."""
     run_dir = Path(run_dir)
     scenario = stored_scenario(run_dir)
+    if not (run_dir / reader.MANIFEST).is_file():
+        raise _damaged(run_dir, f"{run_dir / reader.MANIFEST} is missing", missing=True)
     try:
         saved = reader.read_manifest(run_dir).extra.get("options", {})
         previous = reader.read_cell_results(run_dir)

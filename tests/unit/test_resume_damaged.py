@@ -42,7 +42,7 @@ DAMAGES = {  # name: (how to damage the run folder, the file the error must name
                           "cannot read it"),
     "scenario wrong types": (lambda run: (run / "scenario.yaml").write_text("name: big\ngpus: many\n"),
                              "scenario.yaml", "gpus"),
-    "no manifest": (lambda run: (run / "manifest.json").unlink(), "manifest.json", "cannot read manifest"),
+    "no manifest": (lambda run: (run / "manifest.json").unlink(), "manifest.json", "is missing"),
     "manifest wrong types": (lambda run: (run / "manifest.json").write_text('{"run_id": 5}'), "manifest.json",
                              "not a valid Manifest"),
     "options wrong types": (lambda run: _set_option(run, "repeats", "two"), "manifest.json", "options.repeats"),
@@ -81,6 +81,8 @@ def test_resume_of_a_damaged_folder_is_one_line_and_writes_nothing(cli, stored_r
     (line,) = _error_lines(result)
     assert line.startswith("error: --resume:") and names in line and says in line, line
     assert str(run) in line and "start a new run" in line
+    if says == "is missing":  # nothing to repair or move out: only a new run helps
+        assert "cannot be resumed" in line and "repair" not in line, line
     assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == before  # no resume-01.json
     assert (run / "runlog.jsonl").read_text() == runlog
 

@@ -254,6 +254,12 @@ def test_text_data_path_with_a_nul_byte(cli, write_scenario):
     one_error(cli("validate", path), path, 4, "data.path", "null")
 
 
+def test_text_data_path_of_an_unknown_users_home(cli, write_scenario):
+    # Path.expanduser raises RuntimeError (not OSError) for ~nosuchuser: still one line at the field
+    path = write_scenario("name: t\nmodel: gpt-tiny\nseq_len: 8\ndata: {kind: text, path: ~suite-no-such-user/x}\n")
+    one_error(cli("validate", path), path, 4, "data.path", "home directory")
+
+
 def test_cifar10_root_that_is_a_file_is_an_error(cli, write_scenario, tmp_path):
     root = tmp_path / "c10"
     root.write_text("not a folder")

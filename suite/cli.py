@@ -174,8 +174,7 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
     """Run every cell of a scenario (torchrun or Ray) into a new, append-only run folder."""
     import sys
 
-    from rich.markup import escape
-
+    from suite.comm.launch import CommError
     from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, console, err_console
     from suite.results import store
     from suite.results.show import cells_table
@@ -190,12 +189,18 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
         outcome = run_scenario(file, opts, err_console)
     except (ScenarioError, RunError) as exc:
         for problem in getattr(exc, "problems", None) or [str(exc)]:
-            err_console.print(f"[red]error:[/red] {escape(problem)}", highlight=False, soft_wrap=True)
+            _error(problem)
         raise typer.Exit(EXIT_INPUT)
     except OSError as exc:  # store.WriteError names the path and what to do; any other is the OS refusing too
         hint = "" if isinstance(exc, store.WriteError) else "; the machine refused (disk, permissions): fix, rerun"
-        err_console.print(f"[red]error:[/red] {escape(str(exc) + hint)}", highlight=False, soft_wrap=True)
+        _error(str(exc) + hint)
         raise typer.Exit(EXIT_ENVIRONMENT)
+    except store.StoreError as exc:  # e.g. a record another suite run wrote first (two resumes of one folder)
+        _error(exc)
+        raise typer.Exit(EXIT_INPUT)
+    except CommError as exc:  # --preflight's ranks failed, or Ctrl-C stopped them
+        _error(f"--preflight: {exc}")
+        raise typer.Exit(130 if exc.interrupted else 1)
     console.print(cells_table(outcome.results, f"{outcome.run_dir.parent.name}: {len(outcome.results)} cell results"))
     console.print(f"results: {outcome.run_dir}", highlight=False, markup=False, soft_wrap=True)
     if outcome.interrupted_by:

@@ -111,3 +111,21 @@ def test_suite_comm_under_a_file_exits_3_naming_the_path(cli, tmp_path):
     out = cli("comm", "--results", tmp_path / "file" / "sub", "--sizes", "1KiB", "--iters", "1", "--device", "cpu")
     assert out.exit_code == EXIT_ENVIRONMENT, out.output
     assert "cannot write results" in out.output and str(tmp_path / "file") in out.output
+
+
+def test_a_record_written_first_by_another_run_and_a_stopped_preflight_are_clean_errors(cli, scenario, monkeypatch):
+    """Two resumes of one folder race for a record name (StoreError: input, 2); Ctrl-C during --preflight stops
+    its ranks (CommError: 130, as a signal). One line each, no traceback."""
+    from suite.comm.launch import CommError
+
+    for exc, code, says in ((store.StoreError("x/cells/a-r0.json: exists already; results are never overwritten"),
+                             EXIT_INPUT, "exists already"),
+                            (CommError("interrupted (Ctrl-C)", interrupted=True), 130, "--preflight: interrupted")):
+        def boom(*_a, exc=exc, **_k):
+            raise exc
+
+        monkeypatch.setattr(run_mod, "run_scenario", boom)
+        result = cli("run", scenario)
+        assert result.exit_code == code, result.stderr
+        (line,) = _errors(result)
+        assert says in line and "Traceback" not in result.stderr, line

@@ -27,6 +27,7 @@ RUNNER_HOST = "io.github.suite.runner-host"
 RUNNER_PID = "io.github.suite.runner-pid"
 RUNNER_STARTED = "io.github.suite.runner-started"  # psutil create_time of the runner, 0.01 s resolution
 POLL_S = 0.1
+CLOCK_SLACK_S = 5.0  # how far a runner's recorded start time may drift (clock steps) and still name it
 
 
 def runner_labels(pid: int | None = None) -> dict[str, str]:
@@ -41,17 +42,28 @@ def runner_alive(labels: dict[str, str]) -> bool:
         return True  # not ours to judge
     try:
         p = psutil.Process(int(labels[RUNNER_PID]))
-        return f"{p.create_time():.2f}" == labels.get(RUNNER_STARTED) and p.status() != psutil.STATUS_ZOMBIE
+        started = float(labels.get(RUNNER_STARTED, "nan"))
+        # the same process if it started at the same time; psutil derives that time from the boot time, which
+        # moves when the wall clock is stepped (NTP), so allow a few seconds (a reused pid is minutes apart)
+        return abs(p.create_time() - started) < CLOCK_SLACK_S and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+    except ValueError:  # a label that is not a number: not a runner suite labelled, so not ours to judge
+        return True
 
 
 def sweep_orphans(docker_client, label: str) -> list[str]:
     """Remove this host's containers carrying `label` whose runner is dead; their short ids."""
+    from docker.errors import APIError, NotFound  # the caller has a Docker client, so the SDK is there
+
     removed = []
     for c in docker_client.containers.list(all=True, filters={"label": label}):
         if not runner_alive(c.labels or {}):
-            c.remove(force=True)
+            try:
+                c.remove(force=True)
+            except APIError as exc:  # gone, or 409: its own watchdog is removing it right now
+                if not isinstance(exc, NotFound) and exc.status_code != 409:
+                    raise
             removed.append(c.short_id)
     return removed
 

@@ -53,3 +53,17 @@ def test_sweep_removes_only_orphans():
     assert cw.sweep_orphans(client, "io.github.suite.launcher") == ["orphan"]
     assert client.filters == {"label": "io.github.suite.launcher"}
     assert (orphan.removed, live.removed, foreign.removed) == (True, False, False)
+
+
+def test_a_clock_step_does_not_make_a_live_runner_look_dead_and_a_racing_removal_is_fine():
+    mine = cw.runner_labels()
+    stepped = f"{float(mine[cw.RUNNER_STARTED]) + 2.0:.2f}"  # NTP moved the boot time psutil derives it from
+    assert cw.runner_alive({**mine, cw.RUNNER_STARTED: stepped})
+    from docker.errors import NotFound
+
+    class Gone(_Container):
+        def remove(self, force: bool = False) -> None:  # its own watchdog removed it first
+            raise NotFound("no such container")
+
+    gone = Gone("gone", {**mine, cw.RUNNER_PID: str(_dead_pid())})
+    assert cw.sweep_orphans(_Client([gone]), "lbl") == ["gone"]

@@ -11,7 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = 1
+# 1: the first.  2: RankRecord.restarts and CellResult.first_failure (new fields; an older suite, whose models
+# forbid unknown keys, then says "newer schema" instead of failing on an unknown key).  Version-1 records read
+# as before: the new fields take their defaults.
+SCHEMA_VERSION = 2
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
 FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")

@@ -6,22 +6,11 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.run_helpers import env, run_cli, run_dirs, write
+from tests.scenario_texts import infeasible
 
 pytestmark = pytest.mark.slow
 
-# 64 CPU ranks is over the cap: the cells are infeasible, recorded without a launch (no torchrun started).
-SCENARIO = """
-name: errs
-model: gpt-tiny
-seq_len: 16
-strategy: [ddp, zero1]
-gpus: 64
-micro_batch_size: 2
-global_batch_size: 128
-steps: 2
-warmup_steps: 1
-device: cpu
-"""
+SCENARIO = infeasible("errs")
 
 
 def _errors(stderr: str) -> list[str]:

@@ -10,20 +10,9 @@ import pytest
 
 from suite.console import EXIT_INPUT, EXIT_OK
 from suite.runner import run as run_mod
+from tests.scenario_texts import infeasible
 
-# 64 CPU ranks is over the cap: the cells are infeasible and recorded without a launch.
-SCENARIO = """\
-name: big
-model: gpt-tiny
-seq_len: 16
-strategy: [ddp, zero1]
-gpus: 64
-micro_batch_size: 2
-global_batch_size: 128
-steps: 2
-warmup_steps: 1
-device: cpu
-"""
+SCENARIO = infeasible("big")
 
 
 def _cell_file(run):

@@ -13,20 +13,9 @@ import pytest
 from suite.console import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from suite.results import store
 from suite.runner import run as run_mod
+from tests.scenario_texts import infeasible
 
-# 64 CPU ranks is over the cap: every cell is infeasible, recorded without a launch (exit 0).
-INFEASIBLE = """\
-name: big
-model: gpt-tiny
-seq_len: 16
-strategy: [ddp, zero1]
-gpus: 64
-micro_batch_size: 2
-global_batch_size: 128
-steps: 2
-warmup_steps: 1
-device: cpu
-"""
+INFEASIBLE = infeasible("big")
 GLOO = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"
 
 

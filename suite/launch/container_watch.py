@@ -52,18 +52,28 @@ def runner_alive(labels: dict[str, str]) -> bool:
         return True
 
 
+def remove_container(container) -> bool:
+    """Remove a container (force); False when it is already gone or being removed (by the other of the
+    watchdog and the sweep, which may race for the same dead runner's container)."""
+    from docker.errors import APIError, NotFound  # the caller has a container, so the SDK is there
+
+    try:
+        container.remove(force=True)
+    except NotFound:
+        return False
+    except APIError as exc:
+        if exc.status_code != 409:  # 409: "removal already in progress"
+            raise
+        return False
+    return True
+
+
 def sweep_orphans(docker_client, label: str) -> list[str]:
     """Remove this host's containers carrying `label` whose runner is dead; their short ids."""
-    from docker.errors import APIError, NotFound  # the caller has a Docker client, so the SDK is there
-
     removed = []
     for c in docker_client.containers.list(all=True, filters={"label": label}):
         if not runner_alive(c.labels or {}):
-            try:
-                c.remove(force=True)
-            except APIError as exc:  # gone, or 409: its own watchdog is removing it right now
-                if not isinstance(exc, NotFound) and exc.status_code != 409:
-                    raise
+            remove_container(c)
             removed.append(c.short_id)
     return removed
 
@@ -89,10 +99,13 @@ def watch(container_id: str, runner_pid: int) -> int:
     import docker  # only now: the watchdog costs nothing while it waits
 
     try:
-        docker.from_env().containers.get(container_id).remove(force=True)
-        print(f"suite: runner {runner_pid} died; removed container {container_id}", file=sys.stderr)
+        container = docker.from_env().containers.get(container_id)
     except docker.errors.NotFound:
-        pass  # already gone (the daemon's --rm, or the cell had ended)
+        container = None  # already gone (the daemon's --rm, or the cell had ended)
+    if container is not None and remove_container(container):
+        print(f"suite: runner {runner_pid} died; removed container {container_id}", file=sys.stderr)
+    else:
+        print(f"suite: runner {runner_pid} died; container {container_id} was already gone", file=sys.stderr)
     return 0
 
 

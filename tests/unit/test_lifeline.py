@@ -4,6 +4,7 @@ children (in sessions of their own) when its own parent dies."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -110,7 +111,5 @@ def test_the_signal_is_set_and_survives_in_the_process():
 def _cleanup(proc: subprocess.Popen, pid: int) -> None:
     proc.kill()
     proc.wait()
-    try:
+    with contextlib.suppress(ProcessLookupError):  # already dead: the usual case
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # already dead: the usual case

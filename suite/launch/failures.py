@@ -17,7 +17,6 @@ and the runner reads it back (`read`) to name the culprit at the top of the cell
 from __future__ import annotations
 
 import json
-import os
 import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -79,11 +78,11 @@ def from_child_failed(exc) -> list[Failure]:
 
 
 def write(failures: list[Failure], path: Path) -> None:
-    """Write the failures atomically (a reader never sees half a file)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"failures": [asdict(f) for f in failures]}, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    """Write the failures atomically with the store's writer (a reader never sees half a file; a failure to
+    write is its WriteError, an OSError naming the path)."""
+    from suite.results.store import write_atomic
+
+    write_atomic(Path(path), json.dumps({"failures": [asdict(f) for f in failures]}, indent=1), overwrite=True)
 
 
 def read(workdir: Path) -> tuple[list[Failure], str | None]:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from suite.strategies import registry
 from suite.report.axes import AXES, AXIS_HEADERS, varying_axes
-from suite.report.tables import CKPT_ORDER, strategy_order
+from suite.report.tables import CKPT_ORDER
 
 Row = dict[str, Any]
 MEASURED = ("ok", "gate-failed")
@@ -174,7 +174,7 @@ def scratch_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
     table, _, collisions = _slots(rows, varying, "strategy")
     body = []
     for label, slot in table.items():
-        for name in (s for s in strategy_order() if s in slot and registry.native(s) != s):
+        for name in (s for s in registry.order() if s in slot and registry.native(s) != s):
             mine, native = slot[name], slot.get(registry.native(name))
             if native is None:
                 continue  # nothing to pair with: the cell table still shows it

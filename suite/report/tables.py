@@ -193,29 +193,25 @@ def cell_rows(runs: list[Run], group_by: Iterable[str] = ()) -> list[dict[str, A
             row["_run_index"] = n
             rows.append(row)
     order = [*group_by, "_run_index", *(a for a in AXES if a not in group_by)]
-    rows.sort(key=lambda row: tuple(_sort_key(a, row.get(a)) for a in order))
+    strategies = {name: i for i, name in enumerate(registry.order())}  # once per sort, not once per row
+    rows.sort(key=lambda row: tuple(_sort_key(a, row.get(a), strategies) for a in order))
     return rows
 
 
 CKPT_ORDER = ("none", "selective", "full")
 
 
-def strategy_order() -> list[str]:
-    """Strategies by family (what they shard: dp, zero1, zero2, zero3), each native strategy followed by its
-    hand-written twins, as the registry orders them (suite/strategies/registry.py), so a table pairs them:
-    ddp, scratch-dp, scratch-dp-overlap, scratch-dp-bucketed, zero1, scratch-zero1, zero2, ..."""
-    return registry.order()
-
-
-def _sort_key(axis: str, value: Any) -> tuple[int, Any, str]:
-    """Numbers in numeric order, checkpointing modes by cost, strategies by family (native first, then its
-    hand-written twins), other text (and strategies unknown to the planner) alphabetically."""
+def _sort_key(axis: str, value: Any, strategies: dict[str, int]) -> tuple[int, Any, str]:
+    """Numbers in numeric order, checkpointing modes by cost, strategies in the registry's order (by family:
+    dp, zero1, zero2, zero3, each native strategy followed by its hand-written twins, so a table pairs them:
+    ddp, scratch-dp, scratch-dp-overlap, scratch-dp-bucketed, zero1, scratch-zero1, zero2, ...), other text
+    (and strategies unknown to the registry) alphabetically.  `strategies`: name -> position in that order."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return (0, value, "")
     if axis == "activation_checkpointing" and value in CKPT_ORDER:
         return (1, CKPT_ORDER.index(value), "")
-    if axis == "strategy" and value in (order := strategy_order()):
-        return (1, order.index(value), "")
+    if axis == "strategy" and value in strategies:
+        return (1, strategies[value], "")
     return (2, 0, str(value))
 
 

@@ -13,6 +13,7 @@ micro-batch's backward reduces the sum.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -20,12 +21,43 @@ from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
 
 
 def wrap_ddp(model: nn.Module, cell, device: torch.device) -> DDP:
-    return DDP(
+    # The planner's trace (suite/plan/trace.py) runs this under a fake process group, whose collectives move
+    # nothing: DDP's constructor must not read parameter data to verify and broadcast it (fake tensors have
+    # none), and its default all-reduce hook expects a result the fake group's future does not carry.
+    fake = dist.get_backend() == "fake"
+    ddp = DDP(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=cell.bucket_cap_mb,
         gradient_as_bucket_view=True,
+        init_sync=not fake,
     )
+    if fake:
+        ddp.register_comm_hook(None, _in_place_hook)
+        ddp.reducer = _KeepBuckets(ddp.reducer)
+    return ddp
+
+
+class _KeepBuckets:
+    """The reducer, except that it keeps its first bucket order: the rebuild after the first backward agrees
+    the new order over ranks through a tensor it reads on the host, which a fake tensor cannot give.  Bucket
+    sizes, and so memory, are the same in either order."""
+
+    def __init__(self, reducer):
+        self._reducer = reducer
+
+    def _rebuild_buckets(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self._reducer, name)
+
+
+def _in_place_hook(state, bucket):  # no annotation: DDP checks it and this file has lazy annotations
+    """The default hook's memory behaviour without its communication: the bucket is reduced in place."""
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
 
 
 def apply(model: nn.Module, cell, device: torch.device) -> Parallel:

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
@@ -45,7 +46,8 @@ def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
     # zero3 shards parameters at rest, so it frees each block's unsharded copy after forward (its registry
     # entry's shards.parameters); zero2 keeps them until backward
     reshard = registry.get(cell.strategy).shards.parameters
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    with unset_fake_temporarily():  # the planner's trace runs under FakeTensorMode; a mesh needs real ranks
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     mp = fsdp_mp_policy(cell.precision)
     for block in model.blocks:
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)

@@ -73,6 +73,7 @@ class StrategySpec:
     aliases: tuple[str, ...] = ()
     twin: str | None = None  # the native strategy a hand-written one must match (None: it is native)
     checkpointable: bool = True  # the state-dict checkpoint API can save and restore its training state
+    traceable: bool = True  # runs under fake tensors and a fake process group (suite plan --trace)
     extra: dict = field(default_factory=dict, compare=False)
 
     @property

@@ -67,27 +67,33 @@ def cuda_memory(device: torch.device) -> CudaMemory | None:
 
 # ----------------------------------------------------------------------------------------------- peaks pass
 def _category_peak_tracker(base: type) -> type:
-    """A subclass of MemTracker / FSDPMemTracker that also keeps each category's own maximum."""
+    """A subclass of MemTracker / FSDPMemTracker that also keeps each category's own maximum, and every
+    category's bytes at the moment the total peaked (the planner's trace reports that breakdown)."""
 
     class CategoryPeaks(base):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.category_peaks: dict[str, int] = {}
+            self.at_peak: dict[str, int] = {}
 
         def _update_snap(self, *args, **kwargs):  # called on every tracked allocation, free and resize
             super()._update_snap(*args, **kwargs)
             for snap in self._curr_mem_snap.values():
-                for key, value in snap.items():
-                    name = getattr(key, "value", key)
+                named = {getattr(key, "value", key): value for key, value in snap.items()}
+                for name, value in named.items():
                     if value > self.category_peaks.get(name, 0):
                         self.category_peaks[name] = value
+                if named.get("Total", 0) > self.at_peak.get("Total", -1):
+                    self.at_peak = named
 
     return CategoryPeaks
 
 
-def measure_peaks(par: Parallel, run_step: Callable[[Callable[[], None]], None], steps: int = 2) -> PeakMemory:
+def track_peaks(par: Parallel, run_step: Callable[[Callable[[], None]], None],
+                steps: int = 2) -> tuple[PeakMemory, dict[str, int]]:
     """Run `steps` training steps under the memory tracker; `run_step(between)` runs one step and calls
-    `between()` after every micro-batch's backward (the tracker needs its per-iteration stats reset)."""
+    `between()` after every micro-batch's backward (the tracker needs its per-iteration stats reset).
+    Returns the peaks and the tracker's categories at the moment of the largest total."""
     optimizer = getattr(par.optimizer, "optim", par.optimizer)  # ZeroRedundancyOptimizer: the local one
     if par.tracker == "fsdp":
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
@@ -103,12 +109,18 @@ def measure_peaks(par: Parallel, run_step: Callable[[Callable[[], None]], None],
             run_step(tracker.reset_mod_stats)
     by_cat = dict(tracker.category_peaks)
     total = by_cat.pop("Total", 0)
-    return PeakMemory(
+    peaks = PeakMemory(
         activations=by_cat.get("Activation", 0),
         unsharded_parameters=by_cat.get("Unsharded Param", 0),
         total=total,
         by_category=by_cat,
     )
+    return peaks, dict(tracker.at_peak)
+
+
+def measure_peaks(par: Parallel, run_step: Callable[[Callable[[], None]], None], steps: int = 2) -> PeakMemory:
+    """`track_peaks` without the breakdown at the peak (what a rank records)."""
+    return track_peaks(par, run_step, steps)[0]
 
 
 # ----------------------------------------------------------------------------------------------- output

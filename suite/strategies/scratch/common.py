@@ -222,13 +222,16 @@ def set_master_grad(master: nn.Parameter, grad_shard: torch.Tensor) -> None:
 
 
 def storage_bytes(tensors) -> int:
-    """Bytes of the distinct storages behind `tensors` (None skipped): aliases and views count once."""
+    """Bytes of the distinct storages behind `tensors` (None skipped): aliases and views count once.
+
+    Storages are told apart by their C++ StorageImpl (`_cdata`), not their data pointer: under the planner's
+    FakeTensorMode trace (suite/plan/trace.py) every fake storage's data pointer is 0."""
     seen: dict[int, int] = {}
     for t in tensors:
         if t is None:
             continue
         storage = t.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
+        seen[storage._cdata] = storage.nbytes()
     return sum(n for ptr, n in seen.items() if n)
 
 

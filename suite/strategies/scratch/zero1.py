@@ -71,13 +71,14 @@ class ShardedBucket(Bucket):
             shard = self.layout.shard(self.flat)
             # fp32: the master is the chunk itself (a view: the step updates the buffer in place).
             # mixed: a separate fp32 copy of the chunk, the only place the full-precision weights live.
-            self.master = nn.Parameter(shard if dtype == torch.float32 else shard.float())
+            self.master_is_copy = dtype != torch.float32
+            self.master = nn.Parameter(shard.float() if self.master_is_copy else shard)
 
     @torch.no_grad()
     def gather_updated(self) -> None:
         """After the step: round the master into the 16-bit buffer (mixed only), then all-gather every chunk."""
         shard = self.layout.shard(self.flat)
-        if self.master.data_ptr() != shard.data_ptr():
+        if self.master_is_copy:
             shard.copy_(self.master)
         all_gather_flat(self.flat, shard)
 

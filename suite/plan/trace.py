@@ -1,0 +1,165 @@
+"""Trace a cell's per-rank memory by running its real code on fake tensors (no GPU, no real memory).
+
+    fake process group (world = cell.gpus, we are rank 0)  ─┐
+    FakeTensorMode: build the model, parallelize it         ├─ the worker's own code: build_model, parallelize
+      (checkpointing, the strategy's apply, its precision)  │  (compile off), Trainer.step, count_bytes,
+    torch's MemTracker / FSDPMemTracker over 2 steps        ─┘  track_peaks (suite/worker/measure.py)
+
+Fake tensors carry shapes, dtypes and devices but no storage, so a 64-rank llama3-70b cell traces on a laptop;
+the fake process group turns every collective into a no-op that leaves its output the right shape.  torch's
+trackers see every allocation and free, so the peak is the peak of this code path.  What differs from a GPU
+run is said in `Trace.notes`: the trace runs on `cpu` (a fake `cuda` device needs an NVIDIA driver), so the
+attention op is the CPU's fused SDPA, which — like CUDA's flash and memory-efficient kernels — keeps O(s) per
+head, never the s x s scores; the CUDA caching allocator's rounding and fragmentation are not modelled (the
+GPU check compares with `torch.cuda.max_memory_allocated`).
+
+Micro-batches: a step traces min(grad_accum, 2) of them.  From the second micro-batch on, accumulation is a
+steady state (the gradients exist and are added to in place), so more micro-batches do not change the peak;
+tracing 2 keeps a 64-micro-batch cell as cheap as a 2-micro-batch one.
+
+Strategies that need extra care under fake tensors do it themselves, behind `dist.get_backend() == "fake"`
+(DDP: no constructor sync, an in-place comm hook); the device mesh is built outside the fake mode (fsdp.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from contextlib import contextmanager
+from typing import Any, Callable
+
+from suite.plan.traced import Trace, TraceFailure, fold
+
+TRACE_STEPS = 2
+MAX_TRACE_MICRO_BATCHES = 2
+MAX_TRACE_LAYERS = 512  # building is O(modules) Python work: 512 layers take about a minute here
+MAX_TENSOR_ELEMENTS = 2**62  # one weight beyond this overflows torch's int64 sizes
+
+# What decides a cell's memory (its id also hashes steps, seed, lr, data: they do not change the trace).
+_TRACE_FIELDS = ("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus",
+                 "micro_batch_size", "bucket_cap_mb")
+
+
+class TraceError(Exception):
+    """A cell that cannot be traced; the message names the cell, the strategy and the reason."""
+
+
+def trace_key(cell) -> str:
+    """Cells with the same key have the same trace (see _TRACE_FIELDS; accumulation counted up to 2)."""
+    s = cell.settings()
+    key = {f: s[f] for f in _TRACE_FIELDS} | {
+        "micro_batches": min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES),
+        "optimizer": {k: s["optimizer"][k] for k in ("name", "fused")},
+        "device_target": "cpu" if cell.device == "cpu" else "cuda",
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_traceable(cell) -> None:
+    """Refuse, before building anything, what cannot be traced (TraceError with the numbers)."""
+    from suite.strategies import registry
+
+    spec = registry.get(cell.strategy)
+    if not spec.traceable:
+        raise TraceError(f"strategy {cell.strategy} is registered with traceable=False: it cannot run under fake "
+                         "tensors; its cells have no traced peak (plan uses the as-implemented model)")
+    shape = cell.model
+    if shape.layers > MAX_TRACE_LAYERS:
+        raise TraceError(f"model {cell.axes()['model']} has {shape.layers} layers; a trace builds every layer and "
+                         f"handles at most {MAX_TRACE_LAYERS}")
+    widths = [getattr(shape, name, None) for name in ("vocab", "ffn", "mlp_dim", "hidden")]
+    widest = max(w for w in widths if w) * shape.hidden
+    if widest >= MAX_TENSOR_ELEMENTS:
+        raise TraceError(f"model {cell.axes()['model']} has a weight of {widest:.3g} elements, beyond torch's "
+                         f"limit of {MAX_TENSOR_ELEMENTS:.3g}: it cannot be built, even on fake tensors")
+
+
+def traced_cell(cell):
+    """The cell as traced: compile off, synthetic batches of the same shapes, at most 2 micro-batches, the
+    optimizer's `fused: auto` resolved as on the cell's target device (fused on CUDA)."""
+    from suite.scenario import SyntheticData
+
+    micro_batches = min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES)
+    optimizer = cell.optimizer
+    if optimizer.fused == "auto":
+        optimizer = optimizer.model_copy(update={"fused": cell.device != "cpu"})
+    return cell.model_copy(update={
+        "compile": False, "data": SyntheticData(kind="synthetic"), "grad_accum": micro_batches,
+        "global_batch_size": cell.micro_batch_size * cell.gpus * micro_batches, "optimizer": optimizer,
+    })
+
+
+@contextmanager
+def fake_world(world: int):
+    """A fake process group of `world` ranks, this process rank 0, destroyed afterwards."""
+    import sys
+
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise TraceError("a process group already exists in this process: trace from the planner, not a worker")
+    hook = sys.excepthook  # init_process_group wraps it to prefix "[rank0]:", once more per group
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+        sys.excepthook = hook
+
+
+def trace_cell(cell) -> Trace:
+    """Trace `cell` (see the module docstring); TraceError when it cannot be traced."""
+    check_traceable(cell)
+    import torch
+    from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
+                                               FakeTensorMode)
+
+    from suite.plan.trace_run import run_traced
+
+    t0 = time.perf_counter()
+    tcell = traced_cell(cell)
+    try:
+        with fake_world(cell.gpus), FakeTensorMode(allow_non_fake_inputs=True):
+            found = run_traced(tcell, TRACE_STEPS)
+    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        raise TraceError(f"strategy {cell.strategy} cannot be traced: it reads a tensor's value on the host "
+                         f"({exc.func}), which a fake tensor does not have") from exc
+    except TraceError:
+        raise
+    except Exception as exc:  # any other failure of the traced code: say which cell and what, never fall back
+        raise TraceError(f"trace of cell {cell.id} ({cell.strategy}, {cell.activation_checkpointing}, "
+                         f"{cell.precision}) failed: {type(exc).__name__}: {exc}"[:2000]) from exc
+    notes = list(found["notes"])
+    if cell.compile:
+        notes.append("compile: off in the trace (compiled graphs may free intermediates sooner)")
+    if tcell.grad_accum < cell.grad_accum:
+        notes.append(f"accumulation: {tcell.grad_accum} of the cell's {cell.grad_accum} micro-batches traced "
+                     "(a steady state from the second on)")
+    labels = found["at_peak"]
+    return Trace(peak=labels.get("Total", 0), at_peak=fold(labels), labels_at_peak=labels,
+                 category_peaks=found["category_peaks"], counted=found["counted"], tracker=found["tracker"],
+                 world=cell.gpus, steps=TRACE_STEPS, micro_batches=tcell.grad_accum, device="cpu",
+                 attention_kernel=found["attention_kernel"], notes=notes,
+                 seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__)
+
+
+class TraceCache:
+    """Traces by trace_key: a plan of 1,000 cells traces each distinct shape once.  Failures are cached too
+    (the same cell fails the same way)."""
+
+    def __init__(self, trace: Callable[[Any], Trace] = trace_cell):
+        self._trace = trace
+        self._by_key: dict[str, Trace | TraceFailure] = {}
+        self.traced = 0  # how many traces actually ran
+
+    def get(self, cell) -> Trace | TraceFailure:
+        key = trace_key(cell)
+        if key not in self._by_key:
+            self.traced += 1
+            try:
+                self._by_key[key] = self._trace(cell)
+            except TraceError as exc:
+                self._by_key[key] = TraceFailure(error=str(exc))
+        return self._by_key[key]

@@ -1,0 +1,75 @@
+"""The traced steps themselves: the worker's code, run inside trace.py's fake world (see its docstring).
+
+Kept apart from trace.py so that module stays importable without torch (trace_key, the cache)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from suite.data import build_data
+from suite.models.build import build_model
+from suite.strategies.wrap import parallelize
+from suite.worker.loop import Trainer
+from suite.worker.measure import track_peaks
+
+# What CUDA's SDPA would run instead of the CPU kernel a trace sees (same O(s)-per-head saved tensors).
+_CUDA_ATTENTION = {"fp32": "memory-efficient attention (flash needs 16-bit inputs)",
+                   "bf16-mixed": "flash attention", "fp16-mixed": "flash attention"}
+
+
+class _AttentionOps(TorchDispatchMode):
+    """Notes which attention op ran (the one SDPA dispatched to), without changing anything."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: str | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.name()
+        if self.seen is None and ("attention" in name or "multi_head" in name):
+            self.seen = name
+        return func(*args, **(kwargs or {}))
+
+
+def run_traced(cell, steps: int) -> dict[str, Any]:
+    """Build, parallelize and run `steps` optimizer steps of `cell` as rank 0 under the memory tracker.
+    Must run inside a fake process group and FakeTensorMode (trace.trace_cell sets both up)."""
+    device = torch.device("cpu")
+    world = torch.distributed.get_world_size()
+    with torch.device(device):
+        model = build_model(cell.model, cell.seed)  # fake weights: no storage, any size
+    par = parallelize(model, cell, device)
+    trainer = Trainer(par, cell, device)
+    notes = []
+    if trainer.scaler.is_enabled():
+        # GradScaler skips the step on a non-finite gradient, which it learns by reading a value on the
+        # host; fake tensors have none.  Its scale and in-place unscale allocate no tensors worth counting.
+        trainer.scaler = torch.amp.GradScaler(device.type, enabled=False)
+        notes.append("fp16: GradScaler disabled in the trace (its inf check reads a value on the host)")
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        data = build_data(cell, 0, world)  # real (small) token batches; the fake mode lifts them on use
+    counted: dict[str, int] = {}
+    step = iter(range(steps))
+
+    def run_step(between) -> None:
+        i = next(step)
+        trainer.step(trainer.batches(data, i), between=between)
+        if i == 0:  # as the worker does: bytes counted after the first optimizer step
+            counted.update(par.count_bytes().model_dump())
+
+    attention = _AttentionOps()
+    with attention:
+        peaks, at_peak = track_peaks(par, run_step, steps)
+    if attention.seen:
+        notes.append(f"attention: traced with aten.{attention.seen.split('::')[-1]} (CPU); on CUDA, SDPA would "
+                     f"pick {_CUDA_ATTENTION[cell.precision]}, which also never stores the s x s scores")
+    if cell.optimizer.name != "sgd" and cell.optimizer.fused is True and cell.device != "cpu":
+        notes.append("optimizer: fused, as on CUDA (fused: auto)")
+    return {
+        "at_peak": at_peak, "category_peaks": {k: v for k, v in peaks.by_category.items()}, "counted": counted,
+        "tracker": "FSDPMemTracker" if par.tracker == "fsdp" else "MemTracker",
+        "attention_kernel": attention.seen, "notes": notes,
+    }

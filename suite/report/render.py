@@ -2,7 +2,7 @@
 
 Pure functions over stored files: suite.results.reader.load_runs reads the run folders, tables/pivots arrange
 them, and this module writes the formats asked for.  With --out DIR every format is a file in DIR (report.md, report.html with
-the plots embedded plus plots/*.png, cells.csv, report.json); without it a single text format goes to stdout.
+the plots embedded plus plots/*.png, cells.csv, peaks.csv, report.json); without it a single text format goes to stdout.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from suite.report.axes import AXES
 from suite.report.markdown import report_markdown
+from suite.report.peaks import peak_pivot, peaks_csv, public_peaks
 from suite.report.pivots import pivots as build_pivots
 from suite.report.tables import COLUMN_KEYS, cell_rows, public
 from suite.results.reader import Run
@@ -55,6 +56,7 @@ def to_json(runs: list[Run], rows: list[dict[str, Any]], pivots: list) -> str:
         "cells": [public(r) for r in rows],
         "pivots": [{"name": p.name, "title": p.title, "question": p.question, "header": p.header, "rows": p.rows,
                     "notes": p.notes} for p in pivots],
+        "peaks": public_peaks(rows),  # predicted vs measured peak, as numbers (the Markdown/HTML section's rows)
     }
     return json.dumps(doc, indent=1) + "\n"
 
@@ -64,6 +66,7 @@ def render(runs: list[Run], formats: list[str], out: Path | None, group_by: list
     check_options(formats, out, group_by)
     rows = cell_rows(runs, group_by)
     pivots = build_pivots(rows)
+    sections = pivots + peak_pivot(rows)  # what Markdown and HTML show; JSON carries the peaks as numbers
     produced: dict[str, str | Path] = {}
     plots = []
     if "html" in formats:
@@ -74,10 +77,10 @@ def render(runs: list[Run], formats: list[str], out: Path | None, group_by: list
     texts = {}
     for f in dict.fromkeys(formats):
         if f == "md":
-            texts[f] = report_markdown(runs, rows, pivots, group_by,
+            texts[f] = report_markdown(runs, rows, sections, group_by,
                                        [(p.title, f"plots/{p.name}.png") for p in plots] if out else [])
         elif f == "html":
-            texts[f] = report_html(runs, rows, pivots, plots, group_by)
+            texts[f] = report_html(runs, rows, sections, plots, group_by)
         elif f == "csv":
             texts[f] = to_csv(rows)
         else:
@@ -93,4 +96,8 @@ def render(runs: list[Run], formats: list[str], out: Path | None, group_by: list
         path = out / FILES[f]
         path.write_text(text, encoding="utf-8")
         produced[f] = path
+    peaks = peaks_csv(rows) if "csv" in texts else None
+    if peaks:  # the section's own table beside cells.csv (whose columns stay fixed)
+        produced["peaks-csv"] = out / "peaks.csv"
+        produced["peaks-csv"].write_text(peaks, encoding="utf-8")
     return produced

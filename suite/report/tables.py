@@ -176,6 +176,7 @@ def cell_row(run: Run, results: list[CellResult]) -> dict[str, Any]:
         "_states_predicted_mib": _mib(states_p),
         "_activations_measured_mib": _mib(measured.get("activations")),
         "_match": ((first.cell.get("convergence") or {}).get("match") or None),
+        "_results": results,  # the repeats themselves, for sections that read more (peaks.py)
     }
     return row
 

@@ -60,29 +60,22 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario YAML files."
 
 @app.command()
 def plan(file: Path = typer.Argument(..., help="Scenario YAML file."),
-         as_json: bool = typer.Option(False, "--json", help="Print JSON objects instead of a table.")) -> None:
-    """Predict per-rank memory, FLOPs per token and communication for every cell."""
-    from suite.console import console, nbytes, si, table
-    from suite.plan.rows import plan_rows
+         as_json: bool = typer.Option(False, "--json", help="Print JSON objects instead of a table."),
+         trace: bool = typer.Option(False, "--trace", help="Also trace each cell's per-rank peak on fake "
+                                    "tensors (the real code; needs torch, no GPU)."),
+         max_mbs: bool = typer.Option(False, "--max-micro-batch", help="With --trace: the largest micro-batch "
+                                      "whose traced peak fits gpu_memory_gb."),
+         headroom: float = typer.Option(0.1, "--headroom", help="Fraction of gpu_memory_gb --max-micro-batch "
+                                        "keeps free.")) -> None:
+    """Predict per-rank memory (textbook, as implemented, traced), FLOPs per token and communication per cell."""
+    from suite.plan.command import run_plan
 
     scenario, cells = _load(file)
-    rows = plan_rows(cells)
-    if as_json:
-        # allow_nan=False: strict JSON; the validators' bounds keep every number finite, so this never raises
-        typer.echo(json.dumps(rows, indent=1, allow_nan=False))
-        return
-    cols = ["cell", "model", "seq", "strategy", "ckpt", "precision", "gpus", "mbs", "gbs", "params",
-            "params mem", "grads", "optim", "master", "activations (textbook)", "total", "fits",
-            "FLOPs/token", "comm/step"]
-    body = []
-    for r in rows:
-        s, m = r["settings"], r["memory_bytes"]
-        body.append([r["cell"], s["model"], s["seq_len"], s["strategy"], s["activation_checkpointing"],
-                     s["precision"], s["gpus"], s["micro_batch_size"], s["global_batch_size"],
-                     si(r["num_parameters"]), nbytes(m["parameters"]), nbytes(m["gradients"]),
-                     nbytes(m["optimizer_states"]), nbytes(m["master_weights"]), nbytes(m["activations"]),
-                     nbytes(m["total"]), r["fits"], si(r["flops_per_token"]), si(r["comm_bytes_per_step"], "B")])
-    console.print(table(f"{scenario.name}: {len(cells)} cells (per rank)", cols, body))
+    try:
+        run_plan(scenario, cells, as_json=as_json, trace=trace, max_micro_batch=max_mbs, headroom=headroom)
+    except ValueError as exc:
+        _error(exc)
+        raise typer.Exit(2)
 
 
 @app.command()

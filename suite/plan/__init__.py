@@ -1,16 +1,27 @@
-"""The analytic model: what a cell should cost, from the textbook formulas of ../shared/reference.md.
+"""The analytic model: what a cell should cost, from the textbook, from the code, and (optionally) traced.
 
-Pure Python (no torch).  `predict(cell)` gives the per-rank memory breakdown, FLOPs per token and bytes
-communicated per step; the runner stores it beside what was measured so every result shows both.
+Pure Python (no torch).  `predict(cell, trace)` gives the per-rank memory three ways —
+
+    memory_bytes    the textbook (ZeRO paper + Korthikanti et al.; memory.py), kept as the reference
+    as_implemented  what suite's code holds (implemented.py: the registry's per-strategy bytes, fused attention)
+    traced          the peak of the real code on fake tensors (trace.py; computed by the caller, needs torch)
+
+— plus FLOPs per token and bytes communicated per step.  `fits` compares the best available number with the
+device: the traced peak when there is one, else the as-implemented total, and `fits_by` says which.  The
+runner stores the prediction beside what was measured so every result shows all of them.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from suite.plan.comm import comm_bytes_per_step
 from suite.plan.flops import flops_per_token
+from suite.plan.implemented import predict_memory
 from suite.plan.memory import MemoryBreakdown, activation_bytes, static_bytes
+from suite.plan.traced import Trace, TraceFailure
 
 __all__ = ["Prediction", "MemoryBreakdown", "predict"]
 
@@ -19,24 +30,39 @@ class Prediction(BaseModel):
     """The planner's numbers for one cell, per rank."""
 
     num_parameters: int
-    memory_bytes: MemoryBreakdown
-    fits: bool | None = Field(description="total <= gpu_memory_gb x 1e9; None when the scenario gives no size.")
+    memory_bytes: MemoryBreakdown = Field(description="The textbook breakdown (see memory.py).")
+    as_implemented: MemoryBreakdown = Field(description="What the code holds (see implemented.py).")
+    traced: Trace | None = Field(None, description="The traced peak of the real code, when traced.")
+    trace_error: str | None = Field(None, description="Why the cell could not be traced, when it was asked to be.")
+    fits: bool | None = Field(description="predicted bytes <= gpu_memory_gb x 1e9; None when the scenario "
+                              "gives no size.")
+    fits_by: Literal["traced", "as-implemented"] = Field(
+        "as-implemented", description="Which prediction `fits` and `fits_bytes` use.")
+    fits_bytes: float = Field(0.0, description="The per-rank bytes `fits` compared with the device.")
     flops_per_token: float = Field(description="Training FLOPs per token: 6 x params + 12 x L x h x s.")
     comm_bytes_per_step: float = Field(description="Bytes each rank sends per optimizer step (see comm.py).")
 
 
-def predict(cell) -> Prediction:
-    """The planner's numbers for a Cell (anything with its fields: model, strategy, precision, gpus, ...)."""
+def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
+    """The planner's numbers for a Cell (anything with its fields: model, strategy, precision, gpus, ...).
+    `trace`: the cell's Trace (or why tracing failed) from suite.plan.trace, when it was traced."""
     shape = cell.model
     psi = shape.num_parameters()
     static = static_bytes(psi, cell.strategy, cell.precision, cell.gpus)
     acts = activation_bytes(shape, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing, cell.precision)
-    memory = MemoryBreakdown(**static, activations=acts, total=sum(static.values()) + acts)
-    fits = None if cell.gpu_memory_gb is None else memory.total <= cell.gpu_memory_gb * 1e9
+    textbook = MemoryBreakdown(**static, activations=acts, total=sum(static.values()) + acts)
+    implemented = predict_memory(cell)
+    traced = trace if isinstance(trace, Trace) else None
+    by, nbytes = ("traced", float(traced.peak)) if traced else ("as-implemented", implemented.total)
     return Prediction(
         num_parameters=psi,
-        memory_bytes=memory,
-        fits=fits,
+        memory_bytes=textbook,
+        as_implemented=implemented,
+        traced=traced,
+        trace_error=trace.error if isinstance(trace, TraceFailure) else None,
+        fits=None if cell.gpu_memory_gb is None else nbytes <= cell.gpu_memory_gb * 1e9,
+        fits_by=by,
+        fits_bytes=nbytes,
         flops_per_token=flops_per_token(shape, cell.seq_len),
         comm_bytes_per_step=comm_bytes_per_step(psi, cell.strategy, cell.precision, cell.gpus, cell.grad_accum),
     )

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from suite.plan import predict
+from suite.plan.traced import Trace, TraceFailure
 
 
-def plan_rows(cells) -> list[dict[str, Any]]:
-    """The `suite plan --json` objects: cell, settings, num_parameters, memory_bytes, fits, flops, comm."""
+def plan_rows(cells, trace: Callable[[Any], Trace | TraceFailure] | None = None) -> list[dict[str, Any]]:
+    """The `suite plan --json` objects: cell, settings, num_parameters, the three memory predictions
+    (memory_bytes = textbook, as_implemented, traced), fits (+ fits_by, fits_bytes), flops, comm.
+    `trace(cell)`: a traced peak per cell (suite.plan.trace.TraceCache.get), or None for no tracing."""
     rows = []
     for cell in cells:
-        p = predict(cell)
+        p = predict(cell, trace(cell) if trace is not None else None)
         rows.append({
             "cell": cell.id,
             "settings": cell.axes(),
             "num_parameters": p.num_parameters,
             "memory_bytes": p.memory_bytes.model_dump(),
+            "as_implemented": p.as_implemented.model_dump(),
+            "traced": p.traced.model_dump() if p.traced else None,
+            "trace_error": p.trace_error,
             "fits": p.fits,
+            "fits_by": p.fits_by,
+            "fits_bytes": p.fits_bytes,
             "flops_per_token": p.flops_per_token,
             "comm_bytes_per_step": p.comm_bytes_per_step,
         })

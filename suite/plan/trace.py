@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import warnings
 from contextlib import contextmanager
 from typing import Any, Callable
 
@@ -121,7 +122,9 @@ def trace_cell(cell) -> Trace:
     t0 = time.perf_counter()
     tcell = traced_cell(cell)
     try:
-        with fake_world(cell.gpus), FakeTensorMode(allow_non_fake_inputs=True):
+        with fake_world(cell.gpus), FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings():
+            # torch's own chatter about fake tensors and ungraded parameters: not the user's problem
+            warnings.filterwarnings("ignore", message=".*(FakeTensor|traceable wrapper-subclass).*")
             found = run_traced(tcell, TRACE_STEPS)
     except (DataDependentOutputException, DynamicOutputShapeException) as exc:
         raise TraceError(f"strategy {cell.strategy} cannot be traced: it reads a tensor's value on the host "

@@ -68,8 +68,9 @@ def _ratio(measured: float | None, predicted: float | None) -> float | None:
     return measured / predicted
 
 
-def memory(record: RankRecord, predicted: dict[str, float]) -> MemoryComparison:
-    """Rank 0's measured bytes beside the planner's; `total_cuda` and `total_tracker` both compare to total."""
+def memory(record: RankRecord, predicted: dict[str, float], traced_peak: float | None = None) -> MemoryComparison:
+    """Rank 0's measured bytes beside the planner's (textbook) ones; `total_cuda` and `total_tracker` compare
+    to its total and, when the cell was traced, to the traced peak."""
     tb, cm, pk = record.tensor_bytes, record.cuda_memory, record.peaks
     measured: dict[str, float | None] = {
         "parameters": tb.parameters if tb else None,
@@ -86,7 +87,11 @@ def memory(record: RankRecord, predicted: dict[str, float]) -> MemoryComparison:
              for key in ("parameters", "gradients", "optimizer_states", "master_weights", "activations")}
     ratio["total_tracker"] = _ratio(measured["total_tracker"], predicted.get("total"))
     ratio["total_cuda"] = _ratio(measured["total_cuda"], predicted.get("total"))
-    return MemoryComparison(measured=measured, predicted=dict(predicted), ratio=ratio)
+    # against the traced peak of the same code (prediction["traced"]; measure_peaks cells)
+    ratio["tracker_vs_traced"] = _ratio(measured["total_tracker"], traced_peak)
+    ratio["cuda_vs_traced"] = _ratio(measured["total_cuda"], traced_peak)
+    return MemoryComparison(measured=measured, predicted=dict(predicted) | ({} if traced_peak is None else {"traced_peak": traced_peak}),
+                            ratio=ratio)
 
 
 def overhead(launch_start: float, launch_end: float, setup_done_t: float | None,
@@ -118,6 +123,6 @@ def aggregate(records: list[RankRecord], prediction: dict[str, Any], precision: 
         # A CPU has no tabulated peak: never look one up by its model name.
         "mfu": mfu(tp, prediction["flops_per_token"], None if r0.device.startswith("cpu") else r0.device_name,
                    precision),
-        "memory": memory(r0, prediction["memory_bytes"]),
+        "memory": memory(r0, prediction["memory_bytes"], (prediction.get("traced") or {}).get("peak")),
         "overhead_s": overhead(launch_start, launch_end, setup_done_t, r0),
     }

@@ -76,7 +76,7 @@ def cpu_process_cap() -> int:
 def infeasible_reason(cell, prediction, gpu_count: int) -> str | None:
     """Why the cell cannot run here (None when it can): predicted memory or missing devices."""
     if prediction.fits is False:
-        return (f"predicted {prediction.memory_bytes.total / 1e9:.2f} GB per rank > gpu_memory_gb "
+        return (f"predicted {prediction.fits_bytes / 1e9:.2f} GB per rank ({prediction.fits_by}) > gpu_memory_gb "
                 f"{cell.gpu_memory_gb:g} GB")
     if cell.launcher != "torchrun":
         return None  # a Ray cluster's devices are the Ray launcher's to check
@@ -165,23 +165,24 @@ def _classify(launch: LaunchResult, records: list[RankRecord], world: int,
     return "ok", None
 
 
-def infeasible_result(cell, repeat: int, reason: str, session: str) -> CellResult:
+def infeasible_result(cell, repeat: int, reason: str, session: str, trace=None) -> CellResult:
     now = utc_iso()
     return CellResult(cell_id=cell.id, repeat=repeat, axes=cell.axes(), cell=cell.model_dump(mode="json"),
                       status="infeasible", error=reason, started_at=now, finished_at=now, launcher=cell.launcher,
-                      prediction=predict(cell).model_dump(mode="json"), extra={"session": session})
+                      prediction=predict(cell, trace).model_dump(mode="json"), extra={"session": session})
 
 
 def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir: Path, device: str,
-                 session: str, extra: dict[str, Any] | None = None) -> CellResult:
-    """The CellResult of a launched cell, before gates (status ok, failed, oom, diverged, timeout, ...)."""
+                 session: str, extra: dict[str, Any] | None = None, trace=None) -> CellResult:
+    """The CellResult of a launched cell, before gates (status ok, failed, oom, diverged, timeout, ...).
+    `trace`: the cell's traced memory (measure_peaks cells; suite.plan.trace), stored in its prediction."""
     records, problems = read_records(workdir)
     checked = cell.launcher == "ray" and launch.returncode == 0  # torchrun's ranks are on one node by design
     placement = placement_problem(records, cell.nodes, problems) if checked else None
     failed, failures_problem = launch_failures.read(workdir)
     first = failed[0] if failed else None
     status, error = classify(launch, records, cell.gpus, problems, placement, first)
-    prediction = predict(cell).model_dump(mode="json")
+    prediction = predict(cell, trace).model_dump(mode="json")
     numbers = aggregate.aggregate(records, prediction, cell.precision, launch.started, launch.ended,
                                   setup_done_time(workdir))
     more = {"session": session, "work_dir": str(Path(workdir).relative_to(run_dir)), "device": device,

@@ -29,6 +29,7 @@ import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -166,6 +167,17 @@ class Session:
     ray_address: str | None
     gpu_count: int
     previous: list[CellResult] = field(default_factory=list)  # results stored by earlier sessions (a resume)
+    traces: Any = None  # suite.plan.trace.TraceCache, made on the first measure_peaks cell
+
+    def trace(self, cell: Cell):
+        """A measure_peaks cell's traced memory (once per shape), stored beside its measured peaks."""
+        if not cell.measure_peaks:
+            return None
+        if self.traces is None:
+            from suite.plan.trace import TraceCache  # torch: only runs that measure peaks pay for it
+
+            self.traces = TraceCache()
+        return self.traces.get(cell)
 
 
 def open_run(file: Path | None, opts: RunOptions, console) -> Session:
@@ -216,9 +228,10 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
             done: dict) -> CellResult | None:
     """One cell, one repeat: infeasible, or launched and classified and gated.  None when it was interrupted
     (then it is only noted in the runlog: an interrupted cell is never a final result)."""
-    reason = infeasible_reason(cell, predict(cell), s.gpu_count)
+    trace = s.trace(cell)
+    reason = infeasible_reason(cell, predict(cell, trace), s.gpu_count)
     if reason and not s.force:
-        return infeasible_result(cell, repeat, reason, s.name)
+        return infeasible_result(cell, repeat, reason, s.name, trace)
     device = resolve_device(cell, s.gpu_count)
     workdir = store.create_work_dir(s.run_dir, cell.id, repeat)
     store.append_runlog(s.run_dir, "cell_start", cell=cell.id, repeat=repeat, work_dir=workdir.name)
@@ -231,7 +244,7 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
         launched = LaunchResult(launcher=request.launcher, returncode=None,
                                 error=f"the launcher raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     result = build_result(cell, repeat, launched, workdir, s.run_dir, device, s.name,
-                          {"forced_infeasible": reason} if reason else None)
+                          {"forced_infeasible": reason} if reason else None, trace)
     if result.status == "interrupted":
         store.append_runlog(s.run_dir, "cell_interrupted", cell=cell.id, repeat=repeat, work_dir=workdir.name)
         progress.note(f"interrupted {cell.id}-r{repeat}: its processes were stopped; not recorded")

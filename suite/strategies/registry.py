@@ -62,6 +62,32 @@ class Comm:
 
 
 @dataclass(frozen=True)
+class Holds:
+    """Bytes per parameter one rank holds *as implemented*, each as (replicated, sharded): r + s / N.
+
+    What the strategy's own `count_bytes` reports after the first step (suite/plan/implemented.py turns it
+    into per-rank bytes; tests/unit/test_implemented.py checks it against a trace of the real code).  Where it
+    differs from the textbook: autocast keeps fp32 parameters and gradients (no 16-bit copy, no separate
+    master), FSDP2's fp32 shards are the master copy, and each hand-written strategy holds what its
+    docstring says."""
+
+    parameters: tuple[float, float]
+    gradients: tuple[float, float]
+    optimizer_states: tuple[float, float]
+    master_weights: tuple[float, float] = (0, 0)
+
+
+# As implemented with fp32 parameters, per family: what the textbook says for fp32, and also what every
+# autocast strategy holds in mixed precision (its parameters and gradients stay fp32).
+FP32_HOLDS: dict[Family, Holds] = {
+    "dp": Holds((4, 0), (4, 0), (8, 0)),
+    "zero1": Holds((4, 0), (4, 0), (0, 8)),
+    "zero2": Holds((4, 0), (0, 4), (0, 8)),
+    "zero3": Holds((0, 4), (0, 4), (0, 8)),
+}
+
+
+@dataclass(frozen=True)
 class StrategySpec:
     """One strategy's facts.  `apply` is "module:function", imported on first use."""
 
@@ -74,16 +100,30 @@ class StrategySpec:
     twin: str | None = None  # the native strategy a hand-written one must match (None: it is native)
     checkpointable: bool = True  # the state-dict checkpoint API can save and restore its training state
     traceable: bool = True  # runs under fake tensors and a fake process group (suite plan --trace)
+    holds_fp32: Holds | None = None  # as implemented in fp32 (None: FP32_HOLDS of its family)
+    holds_mixed: Holds | None = None  # in bf16/fp16-mixed (None: as in fp32, which is what autocast does)
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
     def shards(self) -> Shards:
         return SHARDS[self.family]
 
+    def holds(self, precision: str) -> Holds:
+        """Bytes per parameter as implemented in `precision` (see Holds)."""
+        fp32 = self.holds_fp32 or FP32_HOLDS[self.family]
+        return fp32 if precision == "fp32" else (self.holds_mixed or fp32)
+
 
 _DP = Comm(2, pattern="all-reduce of gradients (ring: reduce-scatter + all-gather)")
 _ZERO3 = Comm(1, 2, pattern="all-gather of parameters in forward and in backward per micro-batch, "
                             "one reduce-scatter of gradients")
+# FSDP2 zero2 keeps the unsharded parameters (compute dtype) from forward to backward; its fp32 shards are a
+# second copy (counted as master weights).  The hand-written ZeRO's flat buffers are 16-bit in mixed precision
+# with an fp32 master shard; scratch-zero1 keeps the full 16-bit gradients, scratch-zero2 frees them once
+# reduce-scattered; scratch-zero3's fp32 master chunks are its parameters at rest (its 16-bit full buffers
+# exist only while a block computes: the trace sees them).
+_FSDP2_ZERO2 = (Holds((4, 0), (0, 4), (0, 8), (0, 4)), Holds((2, 0), (0, 4), (0, 8), (0, 4)))
+_SCRATCH_MIXED = {"zero1": Holds((2, 0), (2, 4), (0, 8), (0, 4)), "zero2": Holds((2, 0), (0, 4), (0, 8), (0, 4))}
 # Flat shards in their optimizer: the state-dict API cannot name their optimizer states.
 _FLAT = "its optimizer holds flat shards, not the model's parameters"
 
@@ -95,7 +135,8 @@ BUILTIN: tuple[StrategySpec, ...] = (
                  "ZeroRedundancyOptimizer under DDP: optimizer states sharded"),
     StrategySpec("zero2", "zero2", "suite.strategies.fsdp:apply",
                  Comm(2, pattern="reduce-scatter of gradients + all-gather of parameters"),
-                 "FSDP2 with reshard_after_forward=False: gradients and optimizer states sharded"),
+                 "FSDP2 with reshard_after_forward=False: gradients and optimizer states sharded",
+                 holds_fp32=_FSDP2_ZERO2[0], holds_mixed=_FSDP2_ZERO2[1]),
     StrategySpec("zero3", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "FSDP2 with reshard_after_forward=True: parameters, gradients and optimizer states sharded",
                  aliases=("fsdp",)),
@@ -108,11 +149,11 @@ BUILTIN: tuple[StrategySpec, ...] = (
     StrategySpec("scratch-zero1", "zero1", "suite.strategies.scratch.zero1:apply",
                  Comm(3, pattern="all-reduce of gradients + all-gather of the updated shards"),
                  "hand-written: optimizer states and fp32 master weights in flat shards", twin="zero1",
-                 checkpointable=False, extra={"not_checkpointable": _FLAT}),
+                 checkpointable=False, extra={"not_checkpointable": _FLAT}, holds_mixed=_SCRATCH_MIXED["zero1"]),
     StrategySpec("scratch-zero2", "zero2", "suite.strategies.scratch.zero2:apply",
                  Comm(2, pattern="reduce-scatter of gradients during backward + all-gather of updated shards"),
                  "hand-written: + gradients reduce-scattered, only a shard kept", twin="zero2",
-                 checkpointable=False, extra={"not_checkpointable": _FLAT}),
+                 checkpointable=False, extra={"not_checkpointable": _FLAT}, holds_mixed=_SCRATCH_MIXED["zero2"]),
     # its root unit (the embeddings) is gathered once per micro-batch instead of twice: slightly under (2k+1)
     StrategySpec("scratch-zero3", "zero3", "suite.strategies.scratch.zero3:apply", _ZERO3,
                  "hand-written: + parameters sharded, each block gathered just before its use", twin="zero3",

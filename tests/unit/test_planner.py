@@ -175,13 +175,17 @@ def test_single_rank_communicates_nothing():
 def test_fits_against_gpu_memory(seven_b_rows):
     assert seven_b_rows[("ddp", "full", "bf16-mixed")]["fits"] is False  # 16 x 8.03e9 = 128 GB > 80 GB
     assert seven_b_rows[("zero3", "full", "bf16-mixed")]["fits"] is True  # 2 GB + 1 GiB
-    assert seven_b_rows[("zero3", "none", "bf16-mixed")]["fits"] is False  # 97 GiB of activations
+    # the textbook's 97 GiB of activations store the s x s scores; fused attention does not (as implemented:
+    # 34 s b h L = 18 GB + 2 GB static at 64 ranks), and a trace of the real code peaks near 48 GiB (issue 13)
+    none = seven_b_rows[("zero3", "none", "bf16-mixed")]
+    assert none["memory_bytes"]["total"] > 80e9 and none["fits"] is True and none["fits_by"] == "as-implemented"
 
 
 def test_fits_boundary_and_unknown_memory():
     (cell,) = cells_of(model="gpt2-small", seq_len=1024, precision="bf16-mixed")
     assert predict(cell).fits is None
-    total = predict(cell).memory_bytes.total
+    total = predict(cell).fits_bytes
+    assert total == predict(cell).as_implemented.total
     assert predict(cell.model_copy(update={"gpu_memory_gb": total / 1e9})).fits is True
     assert predict(cell.model_copy(update={"gpu_memory_gb": total / 1e9 * (1 - 1e-9)})).fits is False
 

@@ -1,0 +1,101 @@
+"""`suite plan FILE [--trace] [--max-micro-batch]`: the planner's table (or JSON), and the traces behind it.
+
+Without --trace the planner is pure arithmetic (no torch): the textbook and the as-implemented models.
+--trace also runs each distinct cell shape on fake tensors (trace.py; torch needed, no GPU): progress goes
+to stderr, one line per trace with its time, since an 8-billion-parameter trace takes a minute or two here.
+A cell that cannot be traced says why in its row; its `fits` falls back to the as-implemented model, and
+the row says so.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from suite.console import console, err_console, nbytes, si, table
+
+COLUMNS = ["cell", "model", "seq", "strategy", "ckpt", "precision", "gpus", "mbs", "gbs", "params",
+           "textbook", "as implemented", "traced peak", "fits", "FLOPs/token", "comm/step"]
+
+
+def _tracer(cells):
+    """A TraceCache whose misses print a progress line (stderr) with the trace's time."""
+    from suite.plan.trace import TraceCache, trace_cell, trace_key
+
+    distinct = len({trace_key(c) for c in cells})
+
+    def traced(cell):
+        t0 = time.perf_counter()
+        of = f"/{distinct}" if cache.traced <= distinct else " (micro-batch search)"
+        err_console.print(f"tracing {cache.traced}{of}: cell {cell.id} ({cell.strategy}, "
+                          f"{cell.activation_checkpointing}, {cell.precision}, {cell.gpus} ranks, micro-batch "
+                          f"{cell.micro_batch_size}) ...", highlight=False, markup=False)
+        try:
+            return trace_cell(cell)
+        finally:
+            err_console.print(f"  {time.perf_counter() - t0:.1f} s", highlight=False, markup=False)
+
+    cache = TraceCache(traced)
+    return cache
+
+
+def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bool, headroom: float) -> None:
+    from suite.plan.rows import plan_rows
+
+    if max_micro_batch and not trace:
+        raise ValueError("--max-micro-batch searches over traces: add --trace")
+    cache = _tracer(cells) if trace else None
+    rows = plan_rows(cells, cache.get if cache else None)
+    if max_micro_batch:
+        from suite.plan.search import max_micro_batch as search
+
+        for cell, row in zip(cells, rows):
+            row["max_micro_batch"] = search(cell, cache.get, headroom).model_dump()
+    if as_json:
+        # allow_nan=False: strict JSON; the validators' bounds keep every number finite, so this never raises
+        print(json.dumps(rows, indent=1, allow_nan=False))
+        return
+    body = [_row(r) for r in rows]
+    cols = COLUMNS + (["max mbs"] if max_micro_batch else [])
+    if max_micro_batch:
+        for line, r in zip(body, rows):
+            line.append(_answer(r["max_micro_batch"]))
+    console.print(table(f"{scenario.name}: {len(cells)} cells (per rank)", cols, body))
+    for note in _notes(rows, headroom if max_micro_batch else None):
+        console.print(note, highlight=False, markup=False, soft_wrap=True)
+
+
+def _row(r: dict) -> list:
+    s, m, impl, tr = r["settings"], r["memory_bytes"], r["as_implemented"], r["traced"]
+    traced = nbytes(tr["peak"]) if tr else ("untraced" if r["trace_error"] else "")
+    fits = "" if r["fits"] is None else f"{'yes' if r['fits'] else 'no'} ({r['fits_by']})"
+    return [r["cell"], s["model"], s["seq_len"], s["strategy"], s["activation_checkpointing"], s["precision"],
+            s["gpus"], s["micro_batch_size"], s["global_batch_size"], si(r["num_parameters"]), nbytes(m["total"]),
+            nbytes(impl["total"]), traced, fits, si(r["flops_per_token"]), si(r["comm_bytes_per_step"], "B")]
+
+
+def _answer(a: dict) -> str:
+    if a["error"]:
+        return "untraced"
+    if a["micro_batch_size"] is None:
+        return "none (1 does not fit)"
+    return f"{a['micro_batch_size']}{'+' if a['capped'] else ''} ({nbytes(a['peak'])})"
+
+
+def _notes(rows: list[dict], headroom: float | None) -> list[str]:
+    """What the columns mean, and every trace failure and trace note once."""
+    notes = ["textbook: ZeRO paper + Korthikanti et al. (s x s attention scores stored); as implemented: what "
+             "the code holds (fp32 parameters under autocast, fused attention); traced: peak of the real code "
+             "on fake tensors (rank 0). fits uses the traced peak when there is one."]
+    if headroom is not None:
+        notes.append(f"max mbs: largest micro-batch whose traced peak <= gpu_memory_gb x (1 - {headroom:g}) "
+                     "(headroom for the CUDA context, NCCL buffers, allocator fragmentation); + : search capped")
+    seen = set()
+    for r in rows:
+        items = [f"cell {r['cell']}: not traced: {r['trace_error']}"] if r["trace_error"] else []
+        items += [f"traced: {n}" for n in (r["traced"] or {}).get("notes", [])]
+        for item in items:
+            if item not in seen:
+                seen.add(item)
+                notes.append(item)
+    return notes

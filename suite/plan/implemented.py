@@ -1,0 +1,55 @@
+"""The "as implemented" memory model: what suite's code holds, per strategy and precision (pure, no torch).
+
+The textbook (memory.py) is the ZeRO paper's accounting: 16-bit parameters and gradients plus a separate
+fp32 master copy in mixed precision.  The code differs, and this model follows the code:
+
+- Static bytes: each strategy's registry entry says what it holds per parameter (`StrategySpec.holds`, as
+  `replicated + sharded / N` bytes), in fp32 and in mixed precision.  Autocast strategies keep fp32
+  parameters and gradients and no master copy (ZeRO-1 mixed: 8 + 8/N bytes per parameter, where the
+  textbook says 4 + 12/N); FSDP2's fp32 shards are its master copy; the hand-written ZeRO keeps 16-bit flat
+  buffers and an fp32 master shard.  These are the numbers `count_bytes` reports after the first step, up to
+  padding (flat buffers and FSDP2 shards are padded to a multiple of N) and ZeroRedundancyOptimizer's
+  whole-tensor partitions.
+- Activations: the models call fused SDPA, which saves the attention output and one logsumexp per query
+  (4 bytes x s x b x a), never the s x s scores, softmax and dropout mask the textbook's 5 a s / h term
+  counts.  So: the textbook's per-layer bytes without that term, plus the logsumexp.
+
+Transient buffers (FSDP2's unsharded block, DDP's buckets, collective buffers, backward temporaries) are not
+in either static model: the trace (trace.py) sees them, which is why `fits` prefers it.
+"""
+
+from __future__ import annotations
+
+from suite.plan.memory import MemoryBreakdown
+from suite.strategies import registry
+
+
+def static_bytes(num_parameters: int, strategy: str, precision: str, world: int) -> dict[str, float]:
+    """Parameters, gradients, master weights and optimizer states per rank, as the code holds them."""
+    holds = registry.get(strategy).holds(precision)
+    out = {}
+    for key in ("parameters", "gradients", "optimizer_states", "master_weights"):
+        replicated, sharded = getattr(holds, key)
+        out[key] = num_parameters * (replicated + sharded / world)
+    return out
+
+
+def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, precision: str) -> float:
+    """Activation bytes for one micro-batch over all layers with fused attention (see the module docstring)."""
+    s, b, h, a, layers = seq_len, micro_batch, shape.hidden, shape.heads, shape.layers
+    scale = 2 if precision == "fp32" else 1
+    logsumexp = 4 * s * b * a  # fp32, one per query and head
+    per_layer = {
+        "none": s * b * h * 34 * scale + logsumexp,
+        "selective": s * b * h * 34 * scale,  # the attention core (and its logsumexp) is recomputed
+        "full": 2 * s * b * h * scale,
+    }[checkpointing]
+    return per_layer * layers
+
+
+def predict_memory(cell) -> MemoryBreakdown:
+    """The as-implemented per-rank breakdown of a cell."""
+    static = static_bytes(cell.model.num_parameters(), cell.strategy, cell.precision, cell.gpus)
+    acts = activation_bytes(cell.model, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
+                            cell.precision)
+    return MemoryBreakdown(**static, activations=acts, total=sum(static.values()) + acts)

@@ -1,0 +1,54 @@
+"""The traced peak against the measured one: the same cells traced on fake tensors (suite/plan/trace.py) and
+run on 2 real gloo ranks with the MemTracker peaks pass (measure_peaks), fp32.
+
+What must hold: the traced static categories equal the bytes the real run counts (count_bytes), exactly,
+and the traced peak is within 5% of the measured MemTracker peak.  A representative slice runs here (every
+strategy once, each checkpointing mode for several, gpt and llama); scripts/trace-vs-measured runs the whole
+product (every strategy x none/selective/full x gpt/llama) and its numbers are in results/traces/.
+
+Known gap: scratch-zero2's measured peak is 12.5% above its trace on gloo (0.889 = traced / measured, the same
+for every checkpointing mode and both models).  Its categories' own maxima agree; the real run's peak comes
+earlier in backward, with more activations alive.  Until the cause is found the band is pinned, so a change
+either way shows up.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.plan.trace import trace_cell
+from suite.strategies import registry
+from tests.dist.spawn import make_cell, run_group
+
+TOLERANCE = 0.05
+KNOWN_GAP = {"scratch-zero2": (0.87, 0.91)}
+
+SLICE = ([("gpt-tiny", s, "none") for s in registry.names()]
+         + [("llama-tiny", s, "selective") for s in registry.names()]
+         + [("llama-tiny", s, "full") for s in ("ddp", "zero2", "zero3", "scratch-zero3")])
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    cells = [make_cell(model=m, strategy=s, activation_checkpointing=c, measure_peaks=True, steps=2,
+                       warmup_steps=0) for m, s, c in SLICE]
+    records = run_group(cells, tmp_path_factory.mktemp("trace-vs-measured"))
+    return [(cell, next(r for r in records[cell.id] if r.rank == 0)) for cell in cells]
+
+
+def test_traced_matches_measured(measured):
+    problems, ratios = [], {}
+    for cell, record in measured:
+        assert record.status == "ok", record.error
+        trace = trace_cell(cell)
+        label = f"{cell.model.preset} {cell.strategy} {cell.activation_checkpointing}"
+        if trace.counted != record.tensor_bytes.model_dump():
+            problems.append(f"{label}: traced counted {trace.counted} != measured {record.tensor_bytes}")
+        ratio = trace.peak / record.peaks.total
+        ratios[label] = ratio
+        low, high = KNOWN_GAP.get(cell.strategy, (1 - TOLERANCE, 1 + TOLERANCE))
+        if not low <= ratio <= high:
+            problems.append(f"{label}: traced/measured peak {ratio:.4f} outside [{low}, {high}] "
+                            f"(traced {trace.peak}, measured {record.peaks.total})")
+    assert not problems, "\n".join(problems)
+    assert len(ratios) == len(SLICE)

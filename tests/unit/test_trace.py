@@ -1,0 +1,159 @@
+"""The memory trace (suite/plan/trace.py): what it refuses, what it caches, and its place in `suite plan`.
+
+The comparison with measured peaks of real 2-rank runs is tests/dist/test_trace_vs_measured.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from suite.cli import app
+from suite.plan import predict
+from suite.plan.search import max_micro_batch
+from suite.plan.trace import TraceCache, TraceError, check_traceable, trace_cell, trace_key
+from suite.plan.traced import Trace, TraceFailure
+from suite.strategies import registry
+from tests.dist.spawn import make_cell
+
+TINY = dict(model="gpt-tiny", seq_len=32, micro_batch_size=2, global_batch_size=4, gpus=2)
+
+
+def test_trace_key_ignores_what_does_not_change_memory():
+    base = make_cell(**TINY)
+    assert trace_key(base) == trace_key(make_cell(**TINY, steps=9, seed=3, optimizer={"lr": 1e-2}))
+    assert trace_key(base) != trace_key(make_cell(**TINY, strategy="zero3"))
+    assert trace_key(base) != trace_key(make_cell(**{**TINY, "micro_batch_size": 1}))
+    # accumulation beyond 2 micro-batches is a steady state: 4 and 8 trace alike, 1 does not
+    four, eight = (make_cell(**{**TINY, "micro_batch_size": 1, "global_batch_size": g}) for g in (8, 16))
+    one = make_cell(**{**TINY, "micro_batch_size": 1, "global_batch_size": 2})
+    assert trace_key(four) == trace_key(eight) != trace_key(one)
+
+
+def _fake_trace(peak_of):
+    def trace(cell):
+        return Trace(peak=peak_of(cell), at_peak={}, labels_at_peak={}, category_peaks={}, counted={},
+                     tracker="MemTracker", world=cell.gpus, steps=2, micro_batches=1, device="cpu",
+                     attention_kernel=None, seconds=0.0, torch="x")
+    return trace
+
+
+def test_cache_traces_each_shape_once():
+    cells = [make_cell(**TINY, seed=i % 500, strategy=["ddp", "zero3"][i % 2]) for i in range(1000)]
+    cache = TraceCache(_fake_trace(lambda c: 1))
+    for cell in cells:
+        cache.get(cell)
+    assert cache.traced == 2
+
+
+def test_plan_of_1000_cells_traces_two_shapes(benchmark):
+    """The real tracer behind the cache: 1,000 cells of 2 shapes cost 2 traces (a few seconds here)."""
+    from suite.plan.rows import plan_rows
+
+    cells = [make_cell(**TINY, seed=i, strategy=["ddp", "zero3"][i % 2]) for i in range(1000)]
+
+    def plan():
+        cache = TraceCache()
+        return cache, plan_rows(cells, cache.get)
+
+    cache, rows = benchmark.pedantic(plan, rounds=1, iterations=1)
+    assert cache.traced == 2
+    assert all(r["fits_by"] == "traced" for r in rows) and len({r["traced"]["peak"] for r in rows}) == 2
+
+
+def test_untraceable_strategy_is_refused_by_name(tmp_path, monkeypatch):
+    (tmp_path / "host_reader.py").write_text(
+        "from suite.strategies.scratch.dp import apply as dp\n"
+        "def apply(model, cell, device):\n"
+        "    float(next(model.parameters()).sum())  # reads a value on the host: fake tensors have none\n"
+        "    return dp(model, cell, device)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry.register(registry.StrategySpec("host-reader", "dp", "host_reader:apply", registry.Comm(2), "test"))
+    registry.register(registry.StrategySpec("opaque", "dp", "host_reader:apply", registry.Comm(2), "test",
+                                            traceable=False))
+    try:
+        with pytest.raises(TraceError, match="strategy host-reader cannot be traced: it reads a tensor's value"):
+            trace_cell(make_cell(**TINY, strategy="host-reader"))
+        with pytest.raises(TraceError, match="opaque is registered with traceable=False"):
+            check_traceable(make_cell(**TINY, strategy="opaque"))
+        # in a plan: the row says why and `fits` falls back to the as-implemented model, saying so
+        failure = TraceCache().get(make_cell(**TINY, strategy="host-reader", gpu_memory_gb=1))
+        assert isinstance(failure, TraceFailure)
+        p = predict(make_cell(**TINY, strategy="host-reader", gpu_memory_gb=1), failure)
+        assert p.traced is None and "host-reader" in p.trace_error and p.fits_by == "as-implemented"
+    finally:
+        registry.unregister("host-reader")
+        registry.unregister("opaque")
+
+
+def test_model_too_large_to_build_is_refused():
+    deep = make_cell(**{**TINY, "model": {"family": "gpt", "layers": 600, "hidden": 64, "heads": 4, "vocab": 256,
+                                          "max_seq_len": 64}})
+    with pytest.raises(TraceError, match="600 layers; a trace builds every layer and handles at most 512"):
+        check_traceable(deep)
+
+
+def test_trace_refuses_inside_a_process_group():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(TraceError, match="process group already exists"):
+            trace_cell(make_cell(**TINY))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_max_micro_batch_bisects_to_the_largest_fit():
+    cell = make_cell(**TINY, gpu_memory_gb=1.0)
+    cache = TraceCache(_fake_trace(lambda c: 100e6 * c.micro_batch_size))  # 100 MB per sample
+    answer = max_micro_batch(cell, cache.get, headroom=0.1)  # limit 900 MB
+    assert answer.micro_batch_size == 9 and answer.peak == 900e6 and answer.limit == pytest.approx(900e6)
+    assert [m for m, _ in answer.traces] == [1, 2, 4, 8, 16, 12, 10, 9]
+    none = max_micro_batch(cell.model_copy(update={"gpu_memory_gb": 0.05}), cache.get, headroom=0.1)
+    assert none.micro_batch_size is None
+    with pytest.raises(ValueError, match="--headroom 1 must be at least 0 and below 1"):
+        max_micro_batch(cell, cache.get, headroom=1.0)
+    with pytest.raises(ValueError, match="needs the device's size: set gpu_memory_gb"):
+        max_micro_batch(make_cell(**TINY), cache.get, headroom=0.1)
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nmodel: gpt-tiny\nseq_len: 32\nstrategy: [ddp, zero3]\nactivation_checkpointing: full\n"
+                    "gpus: 2\nmicro_batch_size: 2\nglobal_batch_size: 4\ngpu_memory_gb: 0.004\n")
+    return path
+
+
+def test_plan_trace_cli_json_and_table(scenario):
+    result = CliRunner().invoke(app, ["plan", str(scenario), "--trace", "--max-micro-batch", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    for r in rows:
+        assert r["fits_by"] == "traced" and r["fits_bytes"] == r["traced"]["peak"] > 0
+        assert r["traced"]["counted"]["parameters"] > 0 and r["traced"]["world"] == 2
+        assert r["max_micro_batch"]["micro_batch_size"] >= 2 and r["max_micro_batch"]["peak"] <= 0.9 * 0.004e9
+    table = CliRunner().invoke(app, ["plan", str(scenario), "--trace"])
+    assert table.exit_code == 0 and "traced peak" in table.stdout and "yes (traced)" in table.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--max-micro-batch"], "--max-micro-batch searches over traces: add --trace"),
+    (["--trace", "--max-micro-batch", "--headroom", "1.5"], "--headroom 1.5 must be at least 0 and below 1"),
+    (["--tracee"], "No such option"),
+])
+def test_plan_bad_requests_exit_2(scenario, args, message):
+    result = CliRunner().invoke(app, ["plan", str(scenario), *args])
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_planner_without_trace_needs_no_torch():
+    import subprocess
+
+    code = ("import sys; from suite.cells import load_cells; from suite.plan.rows import plan_rows; "
+            "from suite.plan.trace import trace_key; cells = load_cells('scenarios/trace-llama3-8b.yaml')[1]; "
+            "plan_rows(cells); [trace_key(c) for c in cells]; assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

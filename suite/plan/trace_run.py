@@ -50,13 +50,16 @@ def run_traced(cell, steps: int) -> dict[str, Any]:
         trainer.scaler = torch.amp.GradScaler(device.type, enabled=False)
         notes.append("fp16: GradScaler disabled in the trace (its inf check reads a value on the host)")
     with torch._subclasses.fake_tensor.unset_fake_temporarily():
-        data = build_data(cell, 0, world)  # real (small) token batches; the fake mode lifts them on use
+        # real (small) token batches, drawn outside the fake mode and the tracker: sampling them op by op
+        # under both costs more than the step; the fake mode lifts them on first use
+        data = build_data(cell, 0, world)
+        batches = [data.micro_batches(i) for i in range(steps)]
     counted: dict[str, int] = {}
     step = iter(range(steps))
 
     def run_step(between) -> None:
         i = next(step)
-        trainer.step(trainer.batches(data, i), between=between)
+        trainer.step(batches[i], between=between)
         if i == 0:  # as the worker does: bytes counted after the first optimizer step
             counted.update(par.count_bytes().model_dump())
 

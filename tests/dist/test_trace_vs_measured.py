@@ -6,10 +6,13 @@ and the traced peak is within 5% of the measured MemTracker peak.  A representat
 strategy once, each checkpointing mode for several, gpt and llama); scripts/trace-vs-measured runs the whole
 product (every strategy x none/selective/full x gpt/llama) and its numbers are in results/traces/.
 
-Known gap: scratch-zero2's measured peak is 12.5% above its trace on gloo (0.889 = traced / measured, the same
-for every checkpointing mode and both models).  Its categories' own maxima agree; the real run's peak comes
-earlier in backward, with more activations alive.  Until the cause is found the band is pinned, so a change
-either way shows up.
+Known gap: scratch-zero2's measured peak is 12.5% above its trace on gloo (traced / measured = 0.889 for every
+checkpointing mode and both models).  The cause is the backend: gloo's reduce-scatter stages the input in a
+buffer of its own, which appears (as a tensor torch's tracker sees) when the collective is waited on — a
+1000-element reduce-scatter peaks at 10,000 bytes on gloo and 6,000 on the fake group.  The same code with
+real tensors on the fake process group peaks exactly where the fake-tensor trace does, so the trace is
+faithful to the code; NCCL reduce-scatters into the output without such a buffer.  The band is pinned, so a
+change either way shows up.
 """
 
 from __future__ import annotations

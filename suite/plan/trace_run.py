@@ -34,6 +34,14 @@ class _AttentionOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _as_sampled(micro_batches):
+    """The step's batches made again under the tracker, as the worker holds them: one inputs and one targets
+    tensor for the rank's whole slice (sampled, or copied to the GPU), the micro-batches views of them."""
+    m = micro_batches[0][0].shape[0]
+    inputs, targets = (torch.cat([mb[k] for mb in micro_batches]) for k in (0, 1))
+    return list(zip(inputs.split(m), targets.split(m)))
+
+
 def run_traced(cell, steps: int) -> dict[str, Any]:
     """Build, parallelize and run `steps` optimizer steps of `cell` as rank 0 under the memory tracker.
     Must run inside a fake process group and FakeTensorMode (trace.trace_cell sets both up)."""
@@ -59,7 +67,7 @@ def run_traced(cell, steps: int) -> dict[str, Any]:
 
     def run_step(between) -> None:
         i = next(step)
-        trainer.step(batches[i], between=between)
+        trainer.step(_as_sampled(batches[i]), between=between)
         if i == 0:  # as the worker does: bytes counted after the first optimizer step
             counted.update(par.count_bytes().model_dump())
 

@@ -37,7 +37,7 @@ MAX_CELLS = 4096
 # Settings that do not change what a cell computes: left out of its id.
 # `ray` (checkpointing, retries, placement) changes how a ray cell is run, not what it computes; the launcher
 # is in the id already, so a torchrun and a ray cell of the same settings differ by it alone.
-_NOT_IN_ID = {"id", "scenario", "timeout_s", "gpu_memory_gb", "convergence", "repeats", "ray"}
+_NOT_IN_ID = {"id", "scenario", "timeout_s", "gpu_memory_gb", "convergence", "repeats", "ray", "trace_memory"}
 
 
 class Cell(BaseModel):
@@ -66,6 +66,7 @@ class Cell(BaseModel):
     device: Literal["auto", "cuda", "cpu"]
     bucket_cap_mb: float
     measure_peaks: bool
+    trace_memory: bool = Field(False, description="Trace the per-rank peak before running (scenario field).")
     compile: bool
     threads_per_rank: int
     timeout_s: int
@@ -175,7 +176,7 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
         "scenario": scenario.name,
         **{k: getattr(scenario, k) for k in (
             "steps", "warmup_steps", "seed", "optimizer", "data", "launcher", "device", "bucket_cap_mb",
-            "measure_peaks", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats", "convergence",
+            "measure_peaks", "trace_memory", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats", "convergence",
             "ray")},
     }
     cells: list[Cell] = []

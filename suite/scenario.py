@@ -265,6 +265,8 @@ class Scenario(_Strict):
     measure_peaks: bool = Field(
         False, description="Run a short extra MemTracker pass for activation / unsharded-parameter peaks."
     )
+    trace_memory: bool = Field(False, description="Trace each cell's per-rank peak on fake tensors before it runs "
+                               "and store it beside the measured peaks (always on with measure_peaks).")
     compile: bool = Field(False, description="torch.compile the model (after checkpointing, before sharding).")
     threads_per_rank: Annotated[int, Field(gt=0, le=1024)] = Field(
         1, description="torch intra-op threads per rank (CPU).")

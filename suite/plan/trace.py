@@ -152,8 +152,8 @@ class TraceCache:
     """Traces by trace_key: a plan of 1,000 cells traces each distinct shape once.  Failures are cached too
     (the same cell fails the same way)."""
 
-    def __init__(self, trace: Callable[[Any], Trace] = trace_cell):
-        self._trace = trace
+    def __init__(self, trace: Callable[[Any], Trace] | None = None):
+        self._trace = trace  # None: trace_cell
         self._by_key: dict[str, Trace | TraceFailure] = {}
         self.traced = 0  # how many traces actually ran
 
@@ -162,7 +162,7 @@ class TraceCache:
         if key not in self._by_key:
             self.traced += 1
             try:
-                self._by_key[key] = self._trace(cell)
+                self._by_key[key] = (self._trace or trace_cell)(cell)
             except TraceError as exc:
                 self._by_key[key] = TraceFailure(error=str(exc))
         return self._by_key[key]

@@ -170,8 +170,9 @@ class Session:
     traces: Any = None  # suite.plan.trace.TraceCache, made on the first measure_peaks cell
 
     def trace(self, cell: Cell):
-        """A measure_peaks cell's traced memory (once per shape), stored beside its measured peaks."""
-        if not cell.measure_peaks:
+        """The traced memory of a measure_peaks / trace_memory cell (once per shape), stored beside what it
+        measures."""
+        if not (cell.measure_peaks or cell.trace_memory):
             return None
         if self.traces is None:
             from suite.plan.trace import TraceCache  # torch: only runs that measure peaks pay for it

@@ -128,3 +128,28 @@ def test_only_adds_the_match_reference_and_repeats(world):
     assert all(r.status == "ok" for r in out.results)
     with pytest.raises(RunError, match="--only nope"):
         run_scenario(path, RunOptions(results=results, only=["nope"], live=False), console)
+
+
+def test_trace_memory_cells_store_their_trace_once_per_shape(world, monkeypatch):
+    """trace_memory: each cell's prediction carries its trace, and the 4 cells' 2 shapes (global batch 4 and 8
+    differ only in accumulation, 1 vs 2 micro-batches) trace 4 times, not once per cell and repeat."""
+    path, results, calls, behaviour, console = world
+    path.write_text(SCENARIO + "trace_memory: true\nrepeats: 2\n")
+    traced = []
+    from suite.plan import trace as trace_mod
+
+    real = trace_mod.trace_cell
+    monkeypatch.setattr(trace_mod, "trace_cell", lambda cell: traced.append(cell.id) or real(cell))
+    out = run_scenario(path, RunOptions(results=results, live=False), console)
+    assert len(out.results) == 8 and len(traced) == 4
+    for r in out.results:
+        assert r.prediction["fits_by"] == "traced" and r.prediction["traced"]["world"] == 2
+        assert r.memory.predicted["traced_peak"] == r.prediction["traced"]["peak"] > 0
+
+
+def test_infeasible_by_the_traced_peak(world):
+    path, results, calls, behaviour, console = world
+    path.write_text(SCENARIO + "trace_memory: true\ngpu_memory_gb: 0.001\n")  # 1 MB: the trace needs ~2.5
+    out = run_scenario(path, RunOptions(results=results, live=False), console)
+    assert calls == [] and {r.status for r in out.results} == {"infeasible"}
+    assert all("(traced) > gpu_memory_gb 0.001 GB" in r.error for r in out.results)

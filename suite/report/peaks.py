@@ -22,7 +22,7 @@ import csv
 import io
 from typing import Any
 
-from suite.report.axes import AXES, AXIS_HEADERS, varying_axes
+from suite.report.axes import AXES, varying_axes
 from suite.report.pivots import Pivot
 from suite.report.tables import COLUMNS, Column, MiB, fmt
 from suite.results.schema import CellResult

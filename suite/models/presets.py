@@ -49,9 +49,10 @@ class GptShape(_Shape):
     def ffn_size(self) -> int:
         return self.ffn if self.ffn is not None else 4 * self.hidden
 
-    def num_parameters(self) -> int:
+    def block_parameters(self) -> int:
+        """Parameters of one transformer block (what FSDP all-gathers as one unit)."""
         h, f = self.hidden, self.ffn_size
-        block = (
+        return (
             2 * h  # ln_1 weight + bias
             + h * 3 * h + 3 * h  # fused qkv projection with bias
             + h * h + h  # attention output projection
@@ -59,8 +60,11 @@ class GptShape(_Shape):
             + h * f + f  # mlp up
             + f * h + h  # mlp down
         )
+
+    def num_parameters(self) -> int:
+        h = self.hidden
         embeddings = self.vocab * h + self.max_seq_len * h  # token (tied with the head) + positions
-        return embeddings + self.layers * block + 2 * h  # + final LayerNorm
+        return embeddings + self.layers * self.block_parameters() + 2 * h  # + final LayerNorm
 
     def largest_layer_parameters(self) -> int:
         return self.vocab * self.hidden
@@ -86,11 +90,15 @@ class LlamaShape(_Shape):
             raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
         return self
 
-    def num_parameters(self) -> int:
+    def block_parameters(self) -> int:
+        """Parameters of one transformer block (what FSDP all-gathers as one unit)."""
         h, f = self.hidden, self.ffn
         kv = self.kv_heads * (h // self.heads)
-        block = h * h + 2 * h * kv + h * h + 3 * h * f + 2 * h  # q, k+v, o, gate/up/down, two RMSNorms
-        return 2 * self.vocab * h + self.layers * block + h  # embedding + untied head + final RMSNorm
+        return h * h + 2 * h * kv + h * h + 3 * h * f + 2 * h  # q, k+v, o, gate/up/down, two RMSNorms
+
+    def num_parameters(self) -> int:
+        h = self.hidden  # embedding + untied head + final RMSNorm
+        return 2 * self.vocab * h + self.layers * self.block_parameters() + h
 
     def largest_layer_parameters(self) -> int:
         return self.vocab * self.hidden
@@ -121,11 +129,15 @@ class VitShape(_Shape):
         """Sequence length the encoder sees: one token per patch plus the class token."""
         return (self.image_size // self.patch_size) ** 2 + 1
 
-    def num_parameters(self) -> int:
+    def block_parameters(self) -> int:
+        """Parameters of one encoder block (what FSDP all-gathers as one unit)."""
         h, m = self.hidden, self.mlp
+        return 2 * h + 3 * h * h + 3 * h + h * h + h + 2 * h + h * m + m + m * h + h
+
+    def num_parameters(self) -> int:
+        h = self.hidden
         stem = 3 * self.patch_size**2 * h + h + h + self.tokens * h  # conv_proj, class token, pos embedding
-        block = 2 * h + 3 * h * h + 3 * h + h * h + h + 2 * h + h * m + m + m * h + h
-        return stem + self.layers * block + 2 * h + h * self.num_classes + self.num_classes
+        return stem + self.layers * self.block_parameters() + 2 * h + h * self.num_classes + self.num_classes
 
     def largest_layer_parameters(self) -> int:
         return max(3 * self.hidden * self.hidden, self.hidden * self.mlp)

@@ -75,6 +75,9 @@ class Holds:
     gradients: tuple[float, float]
     optimizer_states: tuple[float, float]
     master_weights: tuple[float, float] = (0, 0)
+    # Parameter sharding: besides the shards, the root unit (embeddings, final norm, head) and this many
+    # blocks are unsharded at once, in the compute dtype, while they compute (FSDP2 and scratch-zero3: 1).
+    unsharded_blocks: int = 0
 
 
 # As implemented with fp32 parameters, per family: what the textbook says for fp32, and also what every
@@ -83,7 +86,7 @@ FP32_HOLDS: dict[Family, Holds] = {
     "dp": Holds((4, 0), (4, 0), (8, 0)),
     "zero1": Holds((4, 0), (4, 0), (0, 8)),
     "zero2": Holds((4, 0), (0, 4), (0, 8)),
-    "zero3": Holds((0, 4), (0, 4), (0, 8)),
+    "zero3": Holds((0, 4), (0, 4), (0, 8), unsharded_blocks=1),
 }
 
 

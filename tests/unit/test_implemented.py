@@ -52,3 +52,13 @@ def test_fused_attention_drops_the_quadratic_term():
     s, h, a, layers = 4096, 4096, 32, 32
     assert p.memory_bytes.activations == pytest.approx(s * h * (34 + 5 * a * s / h) * layers)
     assert p.as_implemented.activations == pytest.approx((s * h * 34 + 4 * s * a) * layers)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_fsdp2_unsharded_working_set_is_root_plus_one_block(precision):
+    """FSDP2 zero3's largest unsharded set (FSDPMemTracker's 'Unsharded Param' maximum) is what the model says."""
+    from suite.plan.implemented import unsharded_bytes
+
+    cell = make_cell(model=SHAPE, strategy="zero3", precision=precision, gpus=4, global_batch_size=8)
+    traced = trace_cell(cell).category_peaks["Unsharded Param"]
+    assert traced == unsharded_bytes(cell.model, "zero3", precision)

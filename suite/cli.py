@@ -65,15 +65,15 @@ def plan(file: Path = typer.Argument(..., help="Scenario YAML file."),
                                     "tensors (the real code; needs torch, no GPU)."),
          max_mbs: bool = typer.Option(False, "--max-micro-batch", help="With --trace: the largest micro-batch "
                                       "whose traced peak fits gpu_memory_gb."),
-         headroom: float = typer.Option(0.1, "--headroom", help="Fraction of gpu_memory_gb --max-micro-batch "
-                                        "keeps free.")) -> None:
+         headroom: Optional[float] = typer.Option(None, "--headroom", help="Fraction of gpu_memory_gb "
+                                                  "--max-micro-batch keeps free (default 0.1).")) -> None:
     """Predict per-rank memory (textbook, as implemented, traced), FLOPs per token and communication per cell."""
-    from suite.plan.command import run_plan
+    from suite.plan.command import PlanRequestError, run_plan
 
     scenario, cells = _load(file)
     try:
         run_plan(scenario, cells, as_json=as_json, trace=trace, max_micro_batch=max_mbs, headroom=headroom)
-    except ValueError as exc:
+    except PlanRequestError as exc:
         _error(exc)
         raise typer.Exit(2)
 

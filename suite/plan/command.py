@@ -39,11 +39,31 @@ def _tracer(cells):
     return cache
 
 
-def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bool, headroom: float) -> None:
+class PlanRequestError(ValueError):
+    """A `suite plan` request that cannot be answered (the CLI prints it and exits 2)."""
+
+
+def check_request(cells, *, trace: bool, max_micro_batch: bool, headroom: float | None) -> float:
+    """Refuse a bad combination of options before any trace runs; returns the headroom to use."""
+    if max_micro_batch and not trace:
+        raise PlanRequestError("--max-micro-batch searches over traces: add --trace")
+    if headroom is not None and not max_micro_batch:
+        raise PlanRequestError("--headroom applies to --max-micro-batch only")
+    headroom = 0.1 if headroom is None else headroom
+    if not 0 <= headroom < 1:
+        raise PlanRequestError(f"--headroom {headroom:g} must be at least 0 and below 1 (a fraction of gpu_memory_gb)")
+    unsized = [c.id for c in cells if c.gpu_memory_gb is None]
+    if max_micro_batch and unsized:
+        raise PlanRequestError(f"--max-micro-batch needs the device's size: set gpu_memory_gb in the scenario "
+                               f"({len(unsized)} of {len(cells)} cells have none)")
+    return headroom
+
+
+def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bool,
+             headroom: float | None) -> None:
     from suite.plan.rows import plan_rows
 
-    if max_micro_batch and not trace:
-        raise ValueError("--max-micro-batch searches over traces: add --trace")
+    headroom = check_request(cells, trace=trace, max_micro_batch=max_micro_batch, headroom=headroom)
     cache = _tracer(cells) if trace else None
     rows = plan_rows(cells, cache.get if cache else None)
     if max_micro_batch:

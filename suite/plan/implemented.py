@@ -1,7 +1,7 @@
-"""The "as implemented" memory model: what suite's code holds, per strategy and precision (pure, no torch).
+"""The "as implemented" memory model: what suite's code holds at rest, per strategy and precision (pure).
 
 The textbook (memory.py) is the ZeRO paper's accounting: 16-bit parameters and gradients plus a separate
-fp32 master copy in mixed precision.  The code differs, and this model follows the code:
+fp32 master copy in mixed precision.  The code differs, and this model follows the code where a formula can:
 
 - Static bytes: each strategy's registry entry says what it holds per parameter (`StrategySpec.holds`, as
   `replicated + sharded / N` bytes), in fp32 and in mixed precision.  Autocast strategies keep fp32
@@ -16,10 +16,16 @@ fp32 master copy in mixed precision.  The code differs, and this model follows t
   parameters.
 - Activations: the models call fused SDPA, which saves the attention output and one logsumexp per query
   (4 bytes x s x b x a), never the s x s scores, softmax and dropout mask the textbook's 5 a s / h term
-  counts.  So: the textbook's per-layer bytes without that term, plus the logsumexp.
+  counts.  So: the textbook's per-layer bytes without that term, plus the logsumexp, plus what the loss
+  saves: the log-probabilities over the vocabulary in fp32 (4 x s x b x vocab; the models compute the loss in
+  fp32).
 
-Transient buffers (FSDP2's unsharded block, DDP's buckets, collective buffers, backward temporaries) are not
-in either static model: the trace (trace.py) sees them, which is why `fits` prefers it.
+What it leaves out, and the trace (trace.py) sees: backward's temporaries (the logits' gradient, each
+matmul's input gradient), collective and bucket buffers, the optimizer step's temporaries, and that under
+autocast part of a block's saved tensors (the residual stream, norm outputs) stay fp32 while the
+Korthikanti count assumes 16 bits.  It is a floor, not a peak: for gpt2-small (seq 1024, micro-batch 8,
+bf16-mixed, 1 rank) it says 5.8 GiB without checkpointing where the trace peaks at 9.3 GiB.  That is
+why `fits` prefers a trace.
 """
 
 from __future__ import annotations
@@ -58,7 +64,14 @@ def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, 
         "selective": s * b * h * 34 * scale,  # the attention core (and its logsumexp) is recomputed
         "full": 2 * s * b * h * scale,
     }[checkpointing]
-    return per_layer * layers
+    return per_layer * layers + _loss_bytes(shape, s, b)
+
+
+def _loss_bytes(shape, seq_len: int, micro_batch: int) -> float:
+    """The fp32 log-probabilities the loss saves: every token over the vocabulary (gpt, llama), or one row
+    of class scores per image (vit)."""
+    vocab = getattr(shape, "vocab", None)
+    return 4 * micro_batch * (seq_len * vocab if vocab else shape.num_classes)
 
 
 def predict_memory(cell) -> MemoryBreakdown:

@@ -14,8 +14,10 @@ head, never the s x s scores; the CUDA caching allocator's rounding and fragment
 GPU check compares with `torch.cuda.max_memory_allocated`).
 
 Micro-batches: a step traces min(grad_accum, 2) of them.  From the second micro-batch on, accumulation is a
-steady state (the gradients exist and are added to in place), so more micro-batches do not change the peak;
-tracing 2 keeps a 64-micro-batch cell as cheap as a 2-micro-batch one.
+steady state (the gradients exist and are added to in place), so more micro-batches change the peak only by
+their input tensors (token ids, a few KiB); tracing 2 keeps a 64-micro-batch cell as cheap as a 2-micro-batch
+one.  The model is built on `meta` and materialized as fake tensors without initialization (values are
+never read).
 
 Strategies that need extra care under fake tensors do it themselves, behind `dist.get_backend() == "fake"`
 (DDP: no constructor sync, an in-place comm hook); the device mesh is built outside the fake mode (fsdp.py).
@@ -35,7 +37,6 @@ from suite.plan.traced import Trace, TraceFailure, fold
 TRACE_STEPS = 2
 MAX_TRACE_MICRO_BATCHES = 2
 MAX_TRACE_LAYERS = 512  # building is O(modules) Python work: 512 layers take about a minute here
-MAX_TENSOR_ELEMENTS = 2**62  # one weight beyond this overflows torch's int64 sizes
 
 # What decides a cell's memory (its id also hashes steps, seed, lr, data: they do not change the trace).
 _TRACE_FIELDS = ("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus",
@@ -52,7 +53,6 @@ def trace_key(cell) -> str:
     key = {f: s[f] for f in _TRACE_FIELDS} | {
         "micro_batches": min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES),
         "optimizer": s["optimizer"]["name"],  # always traced with the foreach implementation (traced_cell)
-        "device_target": "cpu" if cell.device == "cpu" else "cuda",
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -69,11 +69,6 @@ def check_traceable(cell) -> None:
     if shape.layers > MAX_TRACE_LAYERS:
         raise TraceError(f"model {cell.axes()['model']} has {shape.layers} layers; a trace builds every layer and "
                          f"handles at most {MAX_TRACE_LAYERS}")
-    widths = [getattr(shape, name, None) for name in ("vocab", "ffn", "mlp_dim", "hidden")]
-    widest = max(w for w in widths if w) * shape.hidden
-    if widest >= MAX_TENSOR_ELEMENTS:
-        raise TraceError(f"model {cell.axes()['model']} has a weight of {widest:.3g} elements, beyond torch's "
-                         f"limit of {MAX_TENSOR_ELEMENTS:.3g}: it cannot be built, even on fake tensors")
 
 
 def traced_cell(cell):
@@ -94,10 +89,20 @@ def traced_cell(cell):
     })
 
 
-def _fused_on_target(cell) -> bool:
-    """Whether the real run's optimizer is fused (make_optimizer_kwargs: `auto` is fused on CUDA)."""
+def cell_notes(cell) -> list[str]:
+    """Where a trace differs from this cell's run in ways its trace_key leaves out (added per cell, after the
+    cache: cells sharing a trace can differ in these)."""
+    notes = []
     fused = cell.optimizer.fused
-    return cell.optimizer.name != "sgd" and (fused is True or (fused == "auto" and cell.device != "cpu"))
+    if cell.optimizer.name != "sgd" and (fused is True or (fused == "auto" and cell.device == "cuda")):
+        notes.append("optimizer: traced in its foreach implementation (fused AdamW on fake DTensors mis-tracks); "
+                     "the cell's fused optimizer holds fewer step temporaries, so a peak in the step errs high")
+    if cell.compile:
+        notes.append("compile: off in the trace (compiled graphs may free intermediates sooner)")
+    if cell.grad_accum > MAX_TRACE_MICRO_BATCHES:
+        notes.append(f"accumulation: {MAX_TRACE_MICRO_BATCHES} of the cell's {cell.grad_accum} micro-batches "
+                     "traced (a steady state from the second on)")
+    return notes
 
 
 @contextmanager
@@ -111,49 +116,44 @@ def fake_world(world: int):
     if dist.is_initialized():
         raise TraceError("a process group already exists in this process: trace from the planner, not a worker")
     hook = sys.excepthook  # init_process_group wraps it to prefix "[rank0]:", once more per group
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
         yield
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()
         sys.excepthook = hook
 
 
 def trace_cell(cell) -> Trace:
-    """Trace `cell` (see the module docstring); TraceError when it cannot be traced."""
+    """Trace `cell` (see the module docstring); TraceError when it cannot be traced (cell_notes not added)."""
     check_traceable(cell)
-    import torch
-    from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
-                                               FakeTensorMode)
-
-    from suite.plan.trace_run import run_traced
-
     t0 = time.perf_counter()
     tcell = traced_cell(cell)
+    phase = ["starting"]  # run_traced appends what it is doing, so an error says where it happened
     try:
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        from suite.plan.trace_run import run_traced
+
         with fake_world(cell.gpus), FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings():
             # torch's own chatter about fake tensors and ungraded parameters: not the user's problem
             warnings.filterwarnings("ignore", message=".*(FakeTensor|traceable wrapper-subclass).*")
-            found = run_traced(tcell, TRACE_STEPS, fused_on_target=_fused_on_target(cell))
-    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
-        raise TraceError(f"strategy {cell.strategy} cannot be traced: it reads a tensor's value on the host "
-                         f"({exc.func}), which a fake tensor does not have") from exc
+            found = run_traced(tcell, TRACE_STEPS, phase)
     except TraceError:
         raise
-    except Exception as exc:  # any other failure of the traced code: say which cell and what, never fall back
-        raise TraceError(f"trace of cell {cell.id} ({cell.strategy}, {cell.activation_checkpointing}, "
-                         f"{cell.precision}) failed: {type(exc).__name__}: {exc}"[:2000]) from exc
-    notes = list(found["notes"])
-    if cell.compile:
-        notes.append("compile: off in the trace (compiled graphs may free intermediates sooner)")
-    if tcell.grad_accum < cell.grad_accum:
-        notes.append(f"accumulation: {tcell.grad_accum} of the cell's {cell.grad_accum} micro-batches traced "
-                     "(a steady state from the second on)")
+    except Exception as exc:  # any failure of the traced code: say which cell, where and what; never fall back
+        where = f"cell {cell.id} ({cell.strategy}, {cell.activation_checkpointing}, {cell.precision}) while {phase[-1]}"
+        if type(exc).__name__ in ("DataDependentOutputException", "DynamicOutputShapeException"):
+            raise TraceError(f"{where}: the code reads a tensor's value on the host ({exc.func}), which a fake "
+                             "tensor does not have: it cannot be traced") from exc
+        raise TraceError(f"trace of {where} failed: {type(exc).__name__}: {exc}"[:2000]) from exc
     labels = found["at_peak"]
     return Trace(peak=labels.get("Total", 0), at_peak=fold(labels), labels_at_peak=labels,
                  category_peaks=found["category_peaks"], counted=found["counted"], tracker=found["tracker"],
                  world=cell.gpus, steps=TRACE_STEPS, micro_batches=tcell.grad_accum, device="cpu",
-                 attention_kernel=found["attention_kernel"], notes=notes,
+                 attention_kernel=found["attention_kernel"], notes=found["notes"],
                  seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__)
 
 
@@ -166,6 +166,9 @@ class TraceCache:
         self._by_key: dict[str, Trace | TraceFailure] = {}
         self.traced = 0  # how many traces actually ran
 
+    def has(self, cell) -> bool:
+        return trace_key(cell) in self._by_key
+
     def get(self, cell) -> Trace | TraceFailure:
         key = trace_key(cell)
         if key not in self._by_key:
@@ -174,4 +177,6 @@ class TraceCache:
                 self._by_key[key] = (self._trace or trace_cell)(cell)
             except TraceError as exc:
                 self._by_key[key] = TraceFailure(error=str(exc))
-        return self._by_key[key]
+        found = self._by_key[key]
+        extra = cell_notes(cell) if isinstance(found, Trace) else []
+        return found.model_copy(update={"notes": found.notes + extra}) if extra else found

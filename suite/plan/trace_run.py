@@ -35,21 +35,27 @@ class _AttentionOps(TorchDispatchMode):
 
 
 def _as_sampled(micro_batches):
-    """The step's batches made again under the tracker, as the worker holds them: one inputs and one targets
-    tensor for the rank's whole slice (sampled, or copied to the GPU), the micro-batches views of them."""
+    """The step's batches made again under the tracker, as the CPU worker holds them (sampled there: one inputs
+    and one targets tensor for the rank's slice, the micro-batches views of them).  A CUDA worker copies each
+    micro-batch separately: the same bytes (token ids: a few KiB)."""
     m = micro_batches[0][0].shape[0]
     inputs, targets = (torch.cat([mb[k] for mb in micro_batches]) for k in (0, 1))
     return list(zip(inputs.split(m), targets.split(m)))
 
 
-def run_traced(cell, steps: int, fused_on_target: bool = False) -> dict[str, Any]:
+def run_traced(cell, steps: int, phase: list[str]) -> dict[str, Any]:
     """Build, parallelize and run `steps` optimizer steps of `cell` as rank 0 under the memory tracker.
-    Must run inside a fake process group and FakeTensorMode (trace.trace_cell sets both up).
-    `fused_on_target`: the real cell would use a fused optimizer (said in the notes)."""
+    Must run inside a fake process group and FakeTensorMode (trace.trace_cell sets both up).  Appends to
+    `phase` what it is doing (an error then says whether the model, the strategy or the step failed)."""
     device = torch.device("cpu")
     world = torch.distributed.get_world_size()
-    with torch.device(device):
-        model = build_model(cell.model, cell.seed)  # fake weights: no storage, any size
+    phase.append("building the model")
+    # The structure on `meta` (no storage, no initialization: torchvision's ViT init reads values on the host,
+    # which fake tensors do not have), then fake `cpu` tensors in its place; their values are never read.
+    with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.device("meta"):
+        model = build_model(cell.model, cell.seed)
+    model.to_empty(device=device)
+    phase.append(f"applying checkpointing and strategy {cell.strategy}")
     par = parallelize(model, cell, device)
     trainer = Trainer(par, cell, device)
     notes = []
@@ -72,15 +78,13 @@ def run_traced(cell, steps: int, fused_on_target: bool = False) -> dict[str, Any
         if i == 0:  # as the worker does: bytes counted after the first optimizer step
             counted.update(par.count_bytes().model_dump())
 
+    phase.append("running the training steps")
     attention = _AttentionOps()
     with attention:
         peaks, at_peak = track_peaks(par, run_step, steps)
     if attention.seen:
         notes.append(f"attention: traced with aten.{attention.seen.split('::')[-1]} (CPU); on CUDA, SDPA would "
                      f"pick {_CUDA_ATTENTION[cell.precision]}, which also never stores the s x s scores")
-    if fused_on_target:
-        notes.append("optimizer: traced in its foreach implementation (fused AdamW on fake DTensors mis-tracks); "
-                     "the cell's fused optimizer holds fewer step temporaries, so a peak in the step errs high")
     return {
         "at_peak": at_peak, "category_peaks": {k: v for k, v in peaks.by_category.items()}, "counted": counted,
         "tracker": "FSDPMemTracker" if par.tracker == "fsdp" else "MemTracker",

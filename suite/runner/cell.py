@@ -73,6 +73,31 @@ def cpu_process_cap() -> int:
     return max(4, 2 * (os.cpu_count() or 1))
 
 
+class CellTraces:
+    """The traced memory of measure_peaks / trace_memory cells, once per shape (suite/plan/trace.py), stored in
+    their results' prediction beside what they measure.  torch is imported on the first such cell only."""
+
+    def __init__(self):
+        self._cache = None
+
+    def _wanted(self, cell) -> bool:
+        return cell.measure_peaks or cell.trace_memory
+
+    def pending(self, cell) -> bool:
+        """Whether get(cell) will run a trace (not traced yet): worth a progress line."""
+        return self._wanted(cell) and (self._cache is None or not self._cache.has(cell))
+
+    def get(self, cell):
+        """The cell's Trace or TraceFailure; None for cells that do not ask for one."""
+        if not self._wanted(cell):
+            return None
+        if self._cache is None:
+            from suite.plan.trace import TraceCache
+
+            self._cache = TraceCache()
+        return self._cache.get(cell)
+
+
 def infeasible_reason(cell, prediction, gpu_count: int) -> str | None:
     """Why the cell cannot run here (None when it can): predicted memory or missing devices."""
     if prediction.fits is False:

@@ -29,7 +29,6 @@ import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -41,7 +40,7 @@ from suite.results import reader, store
 from suite.results.env import build_manifest, git_info, torch_info
 from suite.results.schema import FINAL_STATUSES, CellResult
 from suite.runner.cell import (
-    build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, write_payload,
+    CellTraces, build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, write_payload,
 )
 from suite.runner.gates import first_failure, loss_gates, match_gate, order_cells, reference_of
 from suite.runner.progress import RunProgress
@@ -167,18 +166,7 @@ class Session:
     ray_address: str | None
     gpu_count: int
     previous: list[CellResult] = field(default_factory=list)  # results stored by earlier sessions (a resume)
-    traces: Any = None  # suite.plan.trace.TraceCache, made on the first measure_peaks cell
-
-    def trace(self, cell: Cell):
-        """The traced memory of a measure_peaks / trace_memory cell (once per shape), stored beside what it
-        measures."""
-        if not (cell.measure_peaks or cell.trace_memory):
-            return None
-        if self.traces is None:
-            from suite.plan.trace import TraceCache  # torch: only runs that measure peaks pay for it
-
-            self.traces = TraceCache()
-        return self.traces.get(cell)
+    traces: CellTraces = field(default_factory=CellTraces)
 
 
 def open_run(file: Path | None, opts: RunOptions, console) -> Session:
@@ -229,7 +217,11 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
             done: dict) -> CellResult | None:
     """One cell, one repeat: infeasible, or launched and classified and gated.  None when it was interrupted
     (then it is only noted in the runlog: an interrupted cell is never a final result)."""
-    trace = s.trace(cell)
+    if s.traces.pending(cell):
+        progress.note(f"tracing the memory of {cell.id} on fake tensors (a minute for an 8B model) ...")
+    trace = s.traces.get(cell)
+    if stop.is_set():  # Ctrl-C during the trace: the runner's handler only sets `stop`
+        return None
     reason = infeasible_reason(cell, predict(cell, trace), s.gpu_count)
     if reason and not s.force:
         return infeasible_result(cell, repeat, reason, s.name, trace)

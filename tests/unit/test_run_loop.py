@@ -131,8 +131,8 @@ def test_only_adds_the_match_reference_and_repeats(world):
 
 
 def test_trace_memory_cells_store_their_trace_once_per_shape(world, monkeypatch):
-    """trace_memory: each cell's prediction carries its trace, and the 4 cells' 2 shapes (global batch 4 and 8
-    differ only in accumulation, 1 vs 2 micro-batches) trace 4 times, not once per cell and repeat."""
+    """trace_memory: each cell's prediction carries its trace; 4 cells x 2 repeats trace 4 times (each cell is
+    its own shape: the strategies differ, and so does accumulation, 1 vs 2 micro-batches), not 8."""
     path, results, calls, behaviour, console = world
     path.write_text(SCENARIO + "trace_memory: true\nrepeats: 2\n")
     traced = []
@@ -153,3 +153,17 @@ def test_infeasible_by_the_traced_peak(world):
     out = run_scenario(path, RunOptions(results=results, live=False), console)
     assert calls == [] and {r.status for r in out.results} == {"infeasible"}
     assert all("(traced) > gpu_memory_gb 0.001 GB" in r.error for r in out.results)
+
+
+def test_ctrl_c_during_a_trace_records_nothing(world, monkeypatch):
+    """The runner's SIGINT handler only sets `stop`: a trace runs to its end, then the cell is dropped (not
+    written as infeasible or launched) and the run ends interrupted."""
+    path, results, calls, behaviour, console = world
+    path.write_text(SCENARIO + "trace_memory: true\ngpu_memory_gb: 0.001\n")
+    from suite.plan import trace as trace_mod
+
+    real = trace_mod.trace_cell
+    monkeypatch.setattr(trace_mod, "trace_cell", lambda cell: os.kill(os.getpid(), signal.SIGINT) or real(cell))
+    out = run_scenario(path, RunOptions(results=results, live=False), console)
+    assert out.interrupted_by == "SIGINT" and out.results == [] and calls == []
+    assert not (out.run_dir / "cells").exists() or not any((out.run_dir / "cells").iterdir())

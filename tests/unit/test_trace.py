@@ -74,7 +74,8 @@ def test_untraceable_strategy_is_refused_by_name(tmp_path, monkeypatch):
     registry.register(registry.StrategySpec("opaque", "dp", "host_reader:apply", registry.Comm(2), "test",
                                             traceable=False))
     try:
-        with pytest.raises(TraceError, match="strategy host-reader cannot be traced: it reads a tensor's value"):
+        with pytest.raises(TraceError, match="while applying checkpointing and strategy host-reader: the code reads "
+                                             "a tensor's value on the host"):
             trace_cell(make_cell(**TINY, strategy="host-reader"))
         with pytest.raises(TraceError, match="opaque is registered with traceable=False"):
             check_traceable(make_cell(**TINY, strategy="opaque"))
@@ -144,6 +145,7 @@ def test_plan_trace_cli_json_and_table(scenario):
     (["--max-micro-batch"], "--max-micro-batch searches over traces: add --trace"),
     (["--trace", "--max-micro-batch", "--headroom", "1.5"], "--headroom 1.5 must be at least 0 and below 1"),
     (["--tracee"], "No such option"),
+    (["--trace", "--headroom", "0.2"], "--headroom applies to --max-micro-batch only"),
 ])
 def test_plan_bad_requests_exit_2(scenario, args, message):
     result = CliRunner().invoke(app, ["plan", str(scenario), *args])
@@ -157,3 +159,41 @@ def test_planner_without_trace_needs_no_torch():
             "from suite.plan.trace import trace_key; cells = load_cells('scenarios/trace-llama3-8b.yaml')[1]; "
             "plan_rows(cells); [trace_key(c) for c in cells]; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_max_micro_batch_without_device_size_is_refused_before_tracing(tmp_path, monkeypatch):
+    from suite.plan import trace as trace_mod
+
+    monkeypatch.setattr(trace_mod, "trace_cell", lambda cell: pytest.fail("traced before the request was checked"))
+    path = tmp_path / "unsized.yaml"
+    path.write_text("name: u\nmodel: gpt-tiny\nseq_len: 32\ngpus: 2\nmicro_batch_size: 2\nglobal_batch_size: 4\n")
+    result = CliRunner().invoke(app, ["plan", str(path), "--trace", "--max-micro-batch"])
+    assert result.exit_code == 2 and "set gpu_memory_gb in the scenario (1 of 1 cells have none)" in result.output
+
+
+@pytest.mark.parametrize("model,strategy,precision", [
+    ("vit-cifar10", "zero3", "fp16-mixed"), ("vit-cifar10", "scratch-dp-bucketed", "bf16-mixed"),
+    ("llama-tiny", "scratch-zero3", "fp16-mixed"), ("gpt-tiny", "zero2", "bf16-mixed"),
+])
+def test_every_family_and_precision_traces(model, strategy, precision):
+    extra = {"seq_len": 65} if model == "vit-cifar10" else {}
+    cell = make_cell(**{**TINY, **extra, "model": model}, strategy=strategy, precision=precision,
+                     activation_checkpointing="selective")
+    trace = trace_cell(cell)
+    assert trace.peak > sum(trace.counted[k] for k in ("parameters", "gradients", "optimizer_states")) > 0
+    assert trace.at_peak["activations"] + trace.at_peak["temporaries"] >= 0 and trace.world == 2
+    assert trace.attention_kernel is not None and "attention" in trace.attention_kernel
+    assert any(n.startswith("fp16: GradScaler disabled") for n in trace.notes) == (precision == "fp16-mixed")
+
+
+def test_notes_that_depend_on_the_cell_are_added_after_the_cache():
+    """Cells sharing a trace differ in compile, accumulation beyond 2 and a fused optimizer: each gets its own."""
+    cache = TraceCache(_fake_trace(lambda c: 1))
+    plain = make_cell(**{**TINY, "micro_batch_size": 1, "global_batch_size": 4}, device="cpu")
+    other = make_cell(**{**TINY, "micro_batch_size": 1, "global_batch_size": 16}, device="cuda", compile=True)
+    assert trace_key(plain) == trace_key(other)
+    assert cache.get(plain).notes == []
+    notes = cache.get(other).notes
+    assert cache.traced == 1 and len(notes) == 3
+    assert any("compile: off" in n for n in notes) and any("2 of the cell's 8 micro-batches" in n for n in notes)
+    assert any("foreach implementation" in n for n in notes) and cache.get(plain).notes == []

@@ -85,9 +85,13 @@ def test_memory_beside_prediction_with_ratios():
     m = agg.memory(r, PREDICTION["memory_bytes"])
     assert m.measured["parameters"] == 200 and m.measured["total_cuda"] == 5200
     assert m.ratio == {"parameters": 0.5, "gradients": 1.0, "optimizer_states": 0.5, "activations": 0.5,
-                       "master_weights": None, "total_tracker": 0.5, "total_cuda": 2.0}  # none predicted: no ratio
+                       "master_weights": None, "total_tracker": 0.5, "total_cuda": 2.0,  # none predicted: no ratio
+                       "tracker_vs_traced": None, "cuda_vs_traced": None}  # not traced
     assert m.measured["master_weights"] == 100
     assert m.predicted == PREDICTION["memory_bytes"]
+    traced = agg.memory(r, PREDICTION["memory_bytes"], traced_peak=1040)  # the traced peak of the same code
+    assert traced.ratio["tracker_vs_traced"] == 1.25 and traced.ratio["cuda_vs_traced"] == 5.0
+    assert traced.predicted["traced_peak"] == 1040
     bare = agg.memory(_record(), PREDICTION["memory_bytes"])  # CPU without tracker: nothing measured, no ratio
     assert bare.ratio["total_cuda"] is None and bare.measured["parameters"] is None
 

@@ -176,8 +176,8 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
         "scenario": scenario.name,
         **{k: getattr(scenario, k) for k in (
             "steps", "warmup_steps", "seed", "optimizer", "data", "launcher", "device", "bucket_cap_mb",
-            "measure_peaks", "trace_memory", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats", "convergence",
-            "ray")},
+            "measure_peaks", "trace_memory", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats",
+            "convergence", "ray")},
     }
     cells: list[Cell] = []
     seen: set[str] = set()

@@ -262,9 +262,8 @@ class Scenario(_Strict):
         description="Partial cells to drop, as in CI matrix syntax: [{strategy: ddp, gpus: 1}]."
     )
     bucket_cap_mb: float = Field(25.0, gt=0, le=1e6, description="DDP gradient bucket size in MB.")
-    measure_peaks: bool = Field(
-        False, description="Run a short extra MemTracker pass for activation / unsharded-parameter peaks."
-    )
+    measure_peaks: bool = Field(False, description="Run a short extra MemTracker pass for activation / "
+                                "unsharded-parameter peaks.")
     trace_memory: bool = Field(False, description="Trace each cell's per-rank peak on fake tensors before it runs "
                                "and store it beside the measured peaks (always on with measure_peaks).")
     compile: bool = Field(False, description="torch.compile the model (after checkpointing, before sharding).")

@@ -5,8 +5,8 @@ The planner predicts a cell's per-rank memory three ways (suite.plan.Prediction,
 - as implemented: the same static + activation model with what this code base really keeps (`as_implemented`);
 - traced: the real parallelize/train code run on fake tensors under torch's MemTracker (`traced.peak`); a cell
   that could not be traced says why (`trace_error`) and shows "untraced".
-The measured side is rank 0's peak (its record), the largest over a cell's repeats: torch.cuda.max_memory_allocated on a GPU
-("cuda allocated"), else the MemTracker peak of the `measure_peaks: true` pass ("tracker").  Both are peaks of
+The measured side is rank 0's peak (its record), the largest over a cell's repeats:
+torch.cuda.max_memory_allocated on a GPU ("cuda allocated"), else the MemTracker peak of the `measure_peaks: true` pass ("tracker").  Both are peaks of
 allocated bytes, which is what the predictions are, so the ratios measured / predicted compare like with like
 (the cell table's measured/predicted also falls back to model states on CPU; this section never does).
 

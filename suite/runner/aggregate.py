@@ -90,8 +90,9 @@ def memory(record: RankRecord, predicted: dict[str, float], traced_peak: float |
     # against the traced peak of the same code (prediction["traced"]; measure_peaks cells)
     ratio["tracker_vs_traced"] = _ratio(measured["total_tracker"], traced_peak)
     ratio["cuda_vs_traced"] = _ratio(measured["total_cuda"], traced_peak)
-    return MemoryComparison(measured=measured, predicted=dict(predicted) | ({} if traced_peak is None else {"traced_peak": traced_peak}),
-                            ratio=ratio)
+    if traced_peak is not None:
+        predicted = {**predicted, "traced_peak": traced_peak}
+    return MemoryComparison(measured=measured, predicted=dict(predicted), ratio=ratio)
 
 
 def overhead(launch_start: float, launch_end: float, setup_done_t: float | None,

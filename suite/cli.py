@@ -155,7 +155,9 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
         resume: bool = typer.Option(False, "--resume", help="Continue the latest run folder of the scenario (or the "
                                     "run folder given instead of the file), skipping cells with a final result."),
         repeats: Optional[int] = typer.Option(None, "--repeats", min=1, help="Runs of each cell (default: the "
-                                              "scenario's repeats)."),
+                                              "scenario's repeats); run in interleaved rounds."),
+        shuffle: Optional[int] = typer.Option(None, "--shuffle", help="Seed: shuffle the cells within each "
+                                              "round of repeats."),
         force: bool = typer.Option(False, "--force", help="Launch cells predicted infeasible too."),
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster for launcher: ray cells "
                                                   "(HOST:PORT; default $RAY_ADDRESS, else a private local cluster "
@@ -176,7 +178,7 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
 
     file, resume_dir = (None, target) if resume and target.is_dir() else (target, None)
     opts = RunOptions(results=results, only=only, resume=resume, resume_dir=resume_dir, repeats=repeats,
-                      force=force, image=image, ray_address=ray_address, preflight=preflight,
+                      shuffle=shuffle, force=force, image=image, ray_address=ray_address, preflight=preflight,
                       command=["suite", *sys.argv[1:]])
     try:
         outcome = run_scenario(file, opts, err_console)

@@ -46,6 +46,28 @@ def order_cells(cells: Sequence) -> list:
     return refs + [c for c in cells if c not in refs]
 
 
+def run_order(cells: Sequence, repeats: int | None = None, shuffle: int | None = None) -> list[tuple]:
+    """(cell, repeat) in the order a run launches them: interleaved rounds, A0 B0 C0 A1 B1 C1 ...
+
+    Why interleaved: the noise that moves a run's numbers comes in spells (another job on the node, clocks,
+    a cache that another process flushed).  Running all of A's repeats and then all of B's would put a slow
+    spell on one cell's repeats and make it look slower; round by round, a spell hits every cell alike.
+    `shuffle` (a seed) also shuffles the order within each round, so a cell is not always the one that follows
+    another (the same seed gives the same order, so --resume finds the same plan).  Reference cells of a match
+    gate still run first in every round: repeat r of a cell is gated against repeat r of its reference.
+    `repeats` overrides every cell's own count (--repeats)."""
+    import random
+
+    counts = [repeats or c.repeats for c in cells]
+    plan: list[tuple] = []
+    for r in range(max(counts, default=0)):
+        round_cells = [c for c, n in zip(cells, counts) if r < n]
+        if shuffle is not None:
+            random.Random(f"{shuffle}:{r}").shuffle(round_cells)
+        plan += [(c, r) for c in order_cells(round_cells)]
+    return plan
+
+
 def finite_gate(losses: Sequence[float]) -> Gate:
     if not losses:
         return Gate(name="finite", passed=False, detail="no losses were recorded", step=0)

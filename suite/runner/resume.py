@@ -19,7 +19,8 @@ from suite.scenario import Scenario
 
 
 # The options open_run carries over from the first session, and the types it uses them as.
-OPTION_TYPES = {"repeats": (int, type(None)), "only": list, "force": bool, "worker_module": (str, type(None)),
+OPTION_TYPES = {"repeats": (int, type(None)), "shuffle": (int, type(None)), "only": list, "force": bool,
+                "worker_module": (str, type(None)),
                 "image": (str, type(None)), "ray_address": (str, type(None))}
 
 

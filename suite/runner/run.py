@@ -1,6 +1,7 @@
 """`suite run`: every cell of a scenario, one after another, into one append-only run folder.
 
-    scenario -> cells (references of a match gate first) -> per cell and repeat:
+    scenario -> cells -> (cell, repeat) in interleaved rounds A0 B0 A1 B1 ... (references of a match gate first
+    in each round; --shuffle SEED shuffles each round) -> per cell and repeat:
         infeasible? record it (no launch, unless --force)
         else launch (torchrun / ray) -> rank records -> status -> numbers -> gates -> cells/<id>-r<k>.json
 
@@ -12,7 +13,8 @@ continues the latest (or a given) run folder: the stored scenario.yaml is expand
 already have a final result are skipped; a resumed cell runs in a new work folder (attempt a2, a3, ...), and
 each resume adds a manifest `resume-NN.json` for the environment of that session (results name their session
 in extra.session); a damaged run folder is refused before anything is written (runner/resume.py).
-The options of the first session (--only, --repeats, --force, --image, --ray-address) carry over to a resume.
+The options of the first session (--only, --repeats, --shuffle, --force, --image, --ray-address) carry over
+to a resume.
 
 In code: `open_run` (a new or reopened run folder, its manifest: a `Session`), `run_one` per cell and repeat
 (a launch request from the cell -> suite.launch -> CellResult), `finish` (the outcome and exit code);
@@ -42,7 +44,7 @@ from suite.results.schema import FINAL_STATUSES, CellResult
 from suite.runner.cell import (
     CellTraces, build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, write_payload,
 )
-from suite.runner.gates import first_failure, loss_gates, match_gate, order_cells, reference_of
+from suite.runner.gates import first_failure, loss_gates, match_gate, reference_of, run_order
 from suite.runner.progress import RunProgress
 from suite.runner.resume import DamagedRun, read_stored
 from suite.scenario import Scenario, load_scenario
@@ -59,6 +61,7 @@ class RunOptions:
     resume: bool = False
     resume_dir: Path | None = None
     repeats: int | None = None
+    shuffle: int | None = None  # seed: shuffle the cells within each round of repeats (gates.run_order)
     force: bool = False
     worker_module: str | None = None  # default: $SUITE_WORKER_MODULE or suite.worker (tests swap in a fake)
     image: str | None = None  # run torchrun cells in fresh containers of this image (suite/launch/container.py)
@@ -173,13 +176,14 @@ def open_run(file: Path | None, opts: RunOptions, console) -> Session:
     """Make a run folder (or reopen one for --resume), write its scenario and this session's manifest."""
     run_dir, scenario, cells, saved, previous = _open(file, opts)
     repeats = opts.repeats or saved.get("repeats")
+    shuffle = opts.shuffle if opts.shuffle is not None else saved.get("shuffle")
     force = opts.force or saved.get("force", False)
     selected, notes = _select(cells, opts.only or saved.get("only", []))
     worker = opts.worker_module or os.environ.get("SUITE_WORKER_MODULE") or DEFAULT_WORKER
     image = opts.image or saved.get("image")
     ray_address = opts.ray_address or saved.get("ray_address")
-    options = {"repeats": repeats, "only": opts.only or saved.get("only", []), "force": force,
-               "worker_module": worker, "scenario_file": str(file) if file else None, "image": image,
+    options = {"repeats": repeats, "shuffle": shuffle, "only": opts.only or saved.get("only", []),
+               "force": force, "worker_module": worker, "scenario_file": str(file) if file else None, "image": image,
                "ray_address": ray_address}
     facts = torch_info()
     gpu_count = len(facts.get("devices") or [])
@@ -209,7 +213,7 @@ def open_run(file: Path | None, opts: RunOptions, console) -> Session:
         manifest = manifest.model_copy(update={"env": env})
     store.write_manifest(run_dir, manifest, session)
     store.append_runlog(run_dir, "resume" if session != "manifest.json" else "run_start", session=session)
-    plan = [(c, r) for c in order_cells(selected) for r in range(repeats or c.repeats)]
+    plan = run_order(selected, repeats, shuffle)
     return Session(run_dir, session, cells, plan, notes, force, worker, image, ray_address, gpu_count, previous)
 
 

@@ -1,8 +1,11 @@
-"""Fault injection for testing the runner: SUITE_FAULT="<cell_id>:<kind>@<step>,...".
+"""Fault injection for testing the runner and compare: SUITE_FAULT="<cell_id>:<kind>@<step>,<cell_id>:slow=<f>,...".
 
 kind: raise (the step raises RuntimeError -> status failed), hang (the rank sleeps forever before the step ->
-the runner's timeout), nan (the step's loss becomes NaN -> status diverged).  Entries for other cells are
-ignored; every rank of the cell applies the same faults.  Nothing happens when the variable is unset.
+the runner's timeout), nan (the step's loss becomes NaN -> status diverged).  `slow=<factor>` (no step: it
+applies to every step) is a planted slowdown for testing regression detection: each step's timed region is
+stretched to `factor` times its measured length by a sleep inside the timer, so step times and throughput
+move by the factor while the cell id and the losses stay the same.  Entries for other cells are ignored;
+every rank of the cell applies the same faults.  Nothing happens when the variable is unset.
 """
 
 from __future__ import annotations
@@ -22,10 +25,32 @@ class InjectedFault(RuntimeError):
     """Raised by a `raise` fault (an ordinary failure as far as the worker's status goes)."""
 
 
+def parse_slow(spec: str, cell_id: str) -> float:
+    """The slowdown factor planted for `cell_id` (1.0 when none); ValueError naming a malformed entry."""
+    factor = 1.0
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        cid, _, rest = entry.rpartition(":")
+        if not rest.startswith("slow"):
+            continue
+        try:
+            value = float(rest.split("=", 1)[1])
+        except (IndexError, ValueError):
+            raise ValueError(f"{ENV} entry {entry!r} is malformed; expected <cell_id>:slow=<factor>, e.g. "
+                             "abc123:slow=1.15") from None
+        if not 1.0 <= value <= 100.0:
+            raise ValueError(f"{ENV} entry {entry!r}: slow factor {value} must be between 1 and 100")
+        if cid == cell_id:
+            factor = value
+    return factor
+
+
 def parse(spec: str, cell_id: str) -> dict[int, str]:
-    """{step: kind} of the faults for `cell_id`; ValueError naming a malformed entry."""
+    """{step: kind} of the step faults for `cell_id` (slow entries are parse_slow's); ValueError naming a
+    malformed entry."""
     faults: dict[int, str] = {}
     for entry in filter(None, (e.strip() for e in spec.split(","))):
+        if entry.rpartition(":")[2].startswith("slow"):
+            continue
         try:
             cid, rest = entry.rsplit(":", 1)
             kind, step = rest.split("@")
@@ -44,7 +69,9 @@ class Faults:
     micro-batch loss.  The loop holds one of these and calls it; nothing about faults is passed through steps."""
 
     def __init__(self, cell_id: str, spec: str | None = None):
-        self.at = parse(os.environ.get(ENV, "") if spec is None else spec, cell_id)
+        text = os.environ.get(ENV, "") if spec is None else spec
+        self.at = parse(text, cell_id)
+        self.slow = parse_slow(text, cell_id)
         self._poison_next = False  # armed by before_step for a nan step, consumed by the next on_loss
 
     def before_step(self, step: int) -> None:
@@ -56,6 +83,12 @@ class Faults:
             while True:  # until the runner kills the process group at the cell's timeout
                 time.sleep(3600)
         self._poison_next = self.poison(step)
+
+    def stretch(self, t0: float) -> None:
+        """Inside the step's timer, after the step's work: sleep so the timed region lasts `slow` times what
+        the work took (a planted slowdown; nothing when no slow fault is set)."""
+        if self.slow > 1.0:
+            time.sleep((time.perf_counter() - t0) * (self.slow - 1.0))
 
     def on_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """The loss as the step uses it: NaN once after a nan step was armed, as if the model had blown up."""

@@ -109,6 +109,7 @@ class Trainer:
             t0 = time.perf_counter()
             local = self.step(batches)
             synchronize(self.device)
+            self.faults.stretch(t0)  # a planted slowdown (SUITE_FAULT slow=): nothing otherwise
             dt = time.perf_counter() - t0
             loss = global_mean(local, world)
             self.losses.append(loss)

@@ -102,3 +102,32 @@ def test_first_failure():
     gates = [g.finite_gate([1.0]), g.max_final_loss_gate([1.0], 0.5), g.min_loss_drop_gate([1.0, 0.0], 2.0)]
     assert g.first_failure(gates).name == "max_final_loss"
     assert g.first_failure(gates[:1]) is None
+
+
+def test_repeats_run_in_interleaved_rounds_references_first():
+    cells = _cells()  # 6 cells, 2 of them ddp references
+    plan = g.run_order(cells, repeats=3)
+    assert len(plan) == 18
+    rounds = [plan[i * 6:(i + 1) * 6] for i in range(3)]
+    for r, section in enumerate(rounds):  # A0 B0 ... then A1 B1 ...: every round holds each cell once
+        assert {rep for _, rep in section} == {r}
+        assert sorted(c.id for c, _ in section) == sorted(c.id for c in cells)
+        assert [c.strategy for c, _ in section[:2]] == ["ddp", "ddp"]
+    assert [c.id for c, _ in rounds[0]] == [c.id for c, _ in rounds[1]]  # no shuffle: the same order
+
+
+def test_shuffle_changes_the_order_within_rounds_reproducibly():
+    cells = _cells()
+    a, b = g.run_order(cells, 4, shuffle=7), g.run_order(cells, 4, shuffle=7)
+    assert [(c.id, r) for c, r in a] == [(c.id, r) for c, r in b]  # the same seed: the same plan (--resume)
+    orders = {tuple(c.id for c, r in a if r == k) for k in range(4)}
+    assert len(orders) > 1  # rounds differ from one another
+    for k in range(4):  # references still first in each round
+        assert [c.strategy for c, r in a if r == k][:2] == ["ddp", "ddp"]
+    assert [(c.id, r) for c, r in g.run_order(cells, 4, shuffle=8)] != [(c.id, r) for c, r in a]
+
+
+def test_cells_own_repeats_counts_and_the_override():
+    cells = _cells(strategy=["ddp"], global_batch_size=4, repeats=2)
+    assert [r for _, r in g.run_order(cells)] == [0, 1]
+    assert [r for _, r in g.run_order(cells, repeats=3)] == [0, 1, 2]

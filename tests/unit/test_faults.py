@@ -1,0 +1,32 @@
+"""SUITE_FAULT parsing and the planted slowdown (slow=<factor>): pure, no torch process group."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from suite.worker.faults import Faults, parse, parse_slow
+
+
+def test_slow_entries_combine_with_step_faults():
+    spec = "a:raise@3, b:slow=1.3, a:slow=1.15, a:nan@5"
+    assert parse(spec, "a") == {3: "raise", 5: "nan"}
+    assert parse_slow(spec, "a") == 1.15 and parse_slow(spec, "b") == 1.3 and parse_slow(spec, "c") == 1.0
+
+
+@pytest.mark.parametrize("entry", ["a:slow=x", "a:slow", "a:slow=0.5", "a:slow=1e9"])
+def test_bad_slow_entries_are_errors_naming_the_entry(entry):
+    with pytest.raises(ValueError, match="slow"):
+        parse_slow(entry, "a")
+
+
+def test_stretch_lengthens_the_timed_region_by_the_factor():
+    f = Faults("a", "a:slow=2.0")
+    t0 = time.perf_counter()
+    time.sleep(0.05)  # the step's work
+    f.stretch(t0)
+    assert 0.095 < time.perf_counter() - t0 < 0.2
+    t0 = time.perf_counter()
+    Faults("b", "a:slow=2.0").stretch(t0)  # another cell: no sleep
+    assert time.perf_counter() - t0 < 0.01

@@ -3,7 +3,9 @@
 pytest-benchmark's regression checks are the model (pytest_benchmark/utils.py: a RegressionCheck holds its
 field and threshold and says whether the candidate fails against the baseline).  Here a Check holds its
 threshold (a relative change) and the test's alpha, and check(baseline, current) returns a Verdict:
-regression, improvement, unchanged or inconclusive, with both sides' values for people and the reason.
+regression, improvement, unchanged or inconclusive, with both sides' values for people, the reason, the noise
+it was judged against and the smallest change it could have detected.  The timing checks' statistics are
+noise.py's (runs are the unit of evidence; a history of stored runs is a noise model).
 A new metric is one Check subclass added to CHECKS (METRICS, the order metrics are listed in, follows each
 check's listed_at).
 compare.py matches cells, runs the checks and collects their verdicts; docs/compare.md explains each rule.
@@ -12,37 +14,31 @@ compare.py matches cells, runs the checks and collects their verdicts; docs/comp
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from suite.report import stats
+from suite.report.noise import judge
 from suite.report.tables import convergence_verdict, fold_status, measured_memory
 from suite.results.reader import Run
 from suite.results.schema import CellResult
 
 RAN = ("ok", "gate-failed")
-MIN_SAMPLES = 3  # below this on either side the U test cannot reach alpha = 0.05 at all
 
 
 @dataclass
 class Side:
-    """All repeats of one cell from one run."""
+    """All repeats of one cell from one run; on the baseline side also every stored run of the cell."""
 
     run: Run
     results: list[CellResult]
+    # the baseline's stored runs of this cell, oldest first (the latest is `results`): a history when long
+    # enough (noise.HISTORY_MIN), else only the latest run is used
+    history: list[tuple[Run, list[CellResult]]] = field(default_factory=list)
 
     @property
     def status(self) -> str:
         return fold_status(self.results)
-
-    @property
-    def step_times(self) -> list[float]:
-        return [t for r in self.results for t in r.step_times_s]
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        vals = [r.throughput.tokens_per_s for r in self.results if r.throughput]
-        return stats.median(vals) if vals else None
 
     @property
     def memory(self) -> tuple[float | None, str | None]:
@@ -72,6 +68,8 @@ class Verdict:
     change: float | None = None   # relative (current / baseline - 1)
     p_value: float | None = None
     detail: str = ""
+    noise: str = ""               # what the change was judged against (timing checks)
+    detectable: float | None = None  # the smallest change (fraction, worse direction) the check could flag
 
 
 def fmt(v: float | None, spec: str, unit: str = "") -> str:
@@ -115,80 +113,76 @@ class StatusCheck(Check):
         return v
 
 
+def _ran(results: list[CellResult]) -> list[CellResult]:
+    return [r for r in results if r.status in RAN]
+
+
 class _TimingCheck(Check):
-    """A change beyond the threshold AND a one-sided Mann-Whitney U test on the measured step times (repeats
-    pooled) at level alpha; a big change the test cannot tell from noise is 'unchanged' and says so."""
+    """A change judged against the noise between runs (noise.judge): with a history of stored baseline runs,
+    against that history's band; with 3+ repeats a side, by a t test on the repeats; else against the
+    threshold alone ("no noise estimate").  A regression is a change larger than the threshold with
+    confidence 1 - alpha."""
 
     default_threshold = 0.05
+    unit: ClassVar[tuple[float, str, str]] = (1.0, ",.0f", "")   # scale, format, suffix of shown values
     words: ClassVar[tuple[str, str]] = ("", "")  # how "worse" and "better" read for this metric
+    higher_is_worse: ClassVar[bool] = True
 
-    def shown(self, side: Side) -> str:
+    def values(self, results: list[CellResult]) -> list[float]:
+        """One value per repeat that ran (the unit of evidence is the run)."""
         raise NotImplementedError
 
-    def change(self, baseline: Side, current: Side) -> float | None:
-        raise NotImplementedError
-
-    def worse(self, change: float) -> float:
-        """The change with worse positive."""
-        return change
+    def show(self, value: float | None) -> str:
+        scale, spec, suffix = self.unit
+        return fmt(None if value is None else value * scale, spec, suffix)
 
     def check(self, baseline: Side, current: Side) -> Verdict:
-        bt, ct = baseline.step_times, current.step_times
-        v = Verdict("unchanged", self.shown(baseline), self.shown(current))
-        if len(bt) < MIN_SAMPLES or len(ct) < MIN_SAMPLES:
-            v.verdict = "inconclusive"
-            v.detail = f"too few measured steps to test (baseline {len(bt)}, current {len(ct)})"
-            return v
-        v.change = self.change(baseline, current)
-        if v.change is None:
-            v.verdict, v.detail = "inconclusive", "no value on one side"
-            return v
-        worse = self.worse(v.change)
-        v.p_value = p = stats.mann_whitney_u(ct, bt, "greater" if worse > 0 else "less").p_value
-        moved = f"{abs(worse):.1%} {self.words[0] if worse > 0 else self.words[1]}"
-        if abs(worse) <= self.threshold:
-            v.detail = f"within {self.threshold:.0%}"
-        elif p >= self.alpha:
-            v.detail = f"{moved} but not significant (p={p:.3g} >= {self.alpha})"
+        # every stored baseline run with a value (noise.judge uses them as a history when there are enough),
+        # else the latest run's repeats
+        runs = [v for v in (self.values(rs) for _, rs in baseline.history) if v] or [self.values(baseline.results)]
+        cur = self.values(current.results)
+        if not runs[-1] or not cur:
+            return Verdict("inconclusive", "-", self.show(stats.median(cur) if cur else None),
+                           detail="no measured value on one side")
+        j = judge(runs, cur, self.threshold, self.alpha, self.higher_is_worse)
+        v = Verdict("unchanged", self.show(j.baseline), self.show(j.current), j.change, j.p_value,
+                    noise=j.noise_text, detectable=j.detectable)
+        moved = f"{abs(j.change):.1%} {self.words[0] if (j.change > 0) == self.higher_is_worse else self.words[1]}"
+        flags = f"flags > {j.detectable:.1%}"
+        if j.band:
+            flags += f"; an unchanged run falls in {self.show(j.band[0])}..{self.show(j.band[1])}"
+        p = "" if j.p_value is None else f", p={j.p_value:.3g}"
+        if j.verdict != "same":
+            v.verdict = "regression" if j.verdict == "worse" else "improvement"
+            beyond = "beyond the threshold" if j.method == "threshold" else "beyond threshold and noise"
+            v.detail = f"{moved}, {beyond} ({flags}{p})"
+            if j.method == "threshold":
+                v.detail += "; no noise estimate"
+        elif abs(math.log1p(j.change)) <= math.log1p(self.threshold):
+            v.detail = f"within {self.threshold:.0%} ({flags})"
         else:
-            v.verdict = "regression" if worse > 0 else "improvement"
-            v.detail = f"{moved} (> {self.threshold:.0%}), p={p:.3g}"
+            v.detail = f"{moved} but within the noise ({flags}{p})"
         return v
-
-
-def _median_step(side: Side) -> float | None:
-    times = side.step_times
-    return stats.median(times) if times else None
 
 
 class StepTimeCheck(_TimingCheck):
     name = "step_time"
     listed_at = 2
     words = ("slower", "faster")
+    unit = (1e3, ",.2f", " ms")
 
-    def shown(self, side: Side) -> str:
-        m = _median_step(side)
-        return fmt(m and m * 1e3, ",.2f", " ms")
-
-    def change(self, baseline: Side, current: Side) -> float | None:
-        bm, cm = _median_step(baseline), _median_step(current)
-        return cm / bm - 1 if bm else None
+    def values(self, results: list[CellResult]) -> list[float]:
+        return [stats.median(r.step_times_s) for r in _ran(results) if r.step_times_s]
 
 
 class TokensPerSCheck(_TimingCheck):
     name = "tokens_per_s"
     listed_at = 1
     words = ("lower", "higher")
+    higher_is_worse = False  # fewer tokens per second is worse
 
-    def shown(self, side: Side) -> str:
-        return fmt(side.tokens_per_s, ",.0f")
-
-    def change(self, baseline: Side, current: Side) -> float | None:
-        btp, ctp = baseline.tokens_per_s, current.tokens_per_s
-        return ctp / btp - 1 if btp and ctp is not None else None
-
-    def worse(self, change: float) -> float:
-        return -change  # fewer tokens per second is worse
+    def values(self, results: list[CellResult]) -> list[float]:
+        return [r.throughput.tokens_per_s for r in _ran(results) if r.throughput and r.throughput.tokens_per_s > 0]
 
 
 class PeakMemoryCheck(Check):

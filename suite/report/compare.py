@@ -1,7 +1,9 @@
 """`suite compare BASELINE CURRENT`: cell-by-cell verdicts for nightly CI (see docs/compare.md for the why).
 
 Cells are matched by id (a hash of the settings that change what is computed, so the same cell in two runs has
-the same id).  When one side holds the cell in several runs, its latest run is used, with all its repeats.
+the same id).  When one side holds the cell in several runs, its latest run is used, with all its repeats; on
+the baseline side the earlier runs are kept too: 3 or more stored runs of a cell are a history, the noise model
+its timing checks are judged against (noise.py).
 Per matched cell and metric the verdict is regression, improvement, unchanged, inconclusive or skipped; each
 metric is one check object in checks.py (status, step_time, tokens_per_s, peak_memory, convergence,
 final_loss), and every check but status is skipped for a cell that did not run on both sides.
@@ -45,6 +47,8 @@ class Finding:
     change: float | None = None   # relative (current / baseline - 1)
     p_value: float | None = None
     detail: str = ""
+    noise: str = ""                # what a timing change was judged against
+    detectable: float | None = None  # the smallest change (fraction, worse direction) the check could flag
 
 
 @dataclass
@@ -75,14 +79,16 @@ class Comparison:
 
 
 def select(runs: list[Run]) -> dict[str, Side]:
-    """cell id -> its results in the latest run that has it (runs come oldest first from load_runs)."""
+    """cell id -> its results in the latest run that has it (runs come oldest first from load_runs), with
+    every run that has it, oldest first, as its history."""
     out: dict[str, Side] = {}
     for run in runs:
         by_cell: dict[str, list[CellResult]] = {}
         for r in run.results:
             by_cell.setdefault(r.cell_id, []).append(r)
         for cell_id, results in by_cell.items():
-            out[cell_id] = Side(run, results)
+            history = out[cell_id].history if cell_id in out else []
+            out[cell_id] = Side(run, results, history + [(run, results)])
     return out
 
 
@@ -97,7 +103,8 @@ def varying(sides: list[Side]) -> tuple[str, ...]:
 
 
 def _finding(cid: str, desc: str, check: Check, v: Verdict) -> Finding:
-    return Finding(cid, desc, check.name, v.verdict, v.baseline, v.current, v.change, v.p_value, v.detail)
+    return Finding(cid, desc, check.name, v.verdict, v.baseline, v.current, v.change, v.p_value, v.detail,
+                   v.noise, v.detectable)
 
 
 def _compare_cell(cid: str, desc: str, b: Side, c: Side, checks: list[Check]) -> list[Finding]:
@@ -125,13 +132,14 @@ def environment_diffs(pairs: list[tuple[Side, Side]]) -> list[EnvDiff]:
     """Fields that matter and differ between the runs the matched cells came from."""
     base: dict[str, set[str]] = {}
     cur: dict[str, set[str]] = {}
-    for b, c in pairs:
-        for side, acc in ((b, base), (c, cur)):
-            values = _env_values(side.run)
-            values["world_size"] = str(side.results[0].axes.get("gpus"))
-            values["precision"] = str(side.results[0].axes.get("precision"))
-            for k, v in values.items():
-                acc.setdefault(k, set()).add(v)
+    for b, c in pairs:  # the baseline's whole history: a noise model from other environments is worth a word
+        for side, runs, acc in ((b, [run for run, _ in b.history] or [b.run], base), (c, [c.run], cur)):
+            for run in runs:
+                values = _env_values(run)
+                values["world_size"] = str(side.results[0].axes.get("gpus"))
+                values["precision"] = str(side.results[0].axes.get("precision"))
+                for k, v in values.items():
+                    acc.setdefault(k, set()).add(v)
     return [EnvDiff(k, ", ".join(sorted(base[k])), ", ".join(sorted(cur[k])))
             for k in ENV_FIELDS if k in base and base[k] != cur.get(k)]
 
@@ -141,7 +149,8 @@ def compare(baseline: list[Run], current: list[Run], thresholds: dict[str, float
     if not 0 < alpha < 1:
         raise CompareUsageError(f"--alpha {alpha} must be between 0 and 1")
     thr = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
-    b, c = select(baseline), select(current)
+    b = select(baseline)
+    c = {cid: Side(side.run, side.results) for cid, side in select(current).items()}  # the latest run only
     axes = varying(list(b.values()) + list(c.values()))
     desc = {cid: describe(side.results[0], axes) for side_map in (b, c) for cid, side in side_map.items()}
     common = sorted(set(b) & set(c), key=lambda cid: (desc[cid], cid))

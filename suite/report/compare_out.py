@@ -11,7 +11,7 @@ from suite.report.compare import Comparison, Finding
 from suite.report.markdown import table as md_table
 
 ORDER = {"regression": 0, "improvement": 1, "inconclusive": 2, "skipped": 3, "unchanged": 4}
-HEADER = ["cell", "axes", "metric", "verdict", "baseline", "current", "change", "p", "detail"]
+HEADER = ["cell", "axes", "metric", "verdict", "baseline", "current", "change", "detectable", "p", "noise", "detail"]
 
 
 def summary(c: Comparison) -> str:
@@ -30,14 +30,29 @@ def notable(c: Comparison) -> list[Finding]:
                   key=lambda f: (ORDER[f.verdict], f.cell, f.metric))
 
 
+NOISE_HEADER = ["cell", "axes", "metric", "verdict", "change", "detectable", "judged against"]
+
+
+def noise_rows(c: Comparison) -> list[list[str]]:
+    """Every timing verdict, unchanged ones too: how much the cell moved, the smallest change the comparison
+    could have flagged, and the noise it was judged against (what a nightly reader needs to trust a green)."""
+    rows = [f for f in c.findings if f.noise]
+    return [[f.cell_id, f.cell, f.metric, f.verdict, "-" if f.change is None else f"{f.change:+.1%}",
+             "-" if f.detectable is None else f"{f.detectable:.1%}", f.noise]
+            for f in sorted(rows, key=lambda f: (f.cell, f.metric))]
+
+
 def _line(f: Finding) -> list[str]:
     return [f.cell_id, f.cell, f.metric, f.verdict, f.baseline, f.current,
-            "-" if f.change is None else f"{f.change:+.1%}", "-" if f.p_value is None else f"{f.p_value:.3g}", f.detail]
+            "-" if f.change is None else f"{f.change:+.1%}",
+            "-" if f.detectable is None else f"{f.detectable:.1%}", "-" if f.p_value is None else f"{f.p_value:.3g}",
+            f.noise or "-", f.detail]
 
 
 def thresholds_line(c: Comparison) -> str:
     return ("thresholds: " + ", ".join(f"{k}={v:.2%}" for k, v in c.thresholds.items())
-            + f"; Mann-Whitney U alpha={c.alpha}")
+            + f"; alpha={c.alpha} (a timing regression is a change past its threshold with {1 - c.alpha:.0%} "
+            "confidence, judged against the spread between runs: docs/compare.md)")
 
 
 def to_markdown(c: Comparison) -> str:
@@ -49,6 +64,10 @@ def to_markdown(c: Comparison) -> str:
     rows = notable(c)
     if rows:
         parts += [md_table(HEADER, [_line(f) for f in rows]), ""]
+    timing = noise_rows(c)
+    if timing:
+        parts += ["### Timing: noise and the smallest detectable change", "",
+                  md_table(NOISE_HEADER, timing), ""]
     for title, cells in (("Only in baseline", c.only_baseline), ("Only in current", c.only_current)):
         if cells:
             parts += [f"### {title} ({len(cells)})", "", md_table(["cell", "axes"], [list(x) for x in cells]), ""]
@@ -75,6 +94,14 @@ def print_terminal(c: Comparison, console) -> None:
             t.add_column(h, overflow="fold")
         for f in rows:
             t.add_row(*(escape(v) for v in _line(f)), style=style.get(f.verdict))
+        console.print(t)
+    timing = noise_rows(c)
+    if timing:
+        t = Table(title="timing: noise and the smallest detectable change")
+        for h in NOISE_HEADER:
+            t.add_column(h, overflow="fold")
+        for line in timing:
+            t.add_row(*(escape(v) for v in line), style=style.get(line[3]))
         console.print(t)
     for title, cells in (("only in baseline", c.only_baseline), ("only in current", c.only_current)):
         for cid, desc in cells:

@@ -4,6 +4,7 @@
       <properties>  thresholds, alpha, environment differences
       <testcase classname="<cell axes>" name="<cell id>.<metric>">   regression -> <failure>, skipped /
                                                                      inconclusive -> <skipped>, else passes
+        <properties> noise, detectable   (timing checks: what the change was judged against)
       <testcase name="<cell id>.presence"> for cells on one side only -> <skipped>
 Built with xml.etree, so every attribute and text is escaped properly.
 """
@@ -29,9 +30,15 @@ def to_junit(c: Comparison) -> str:
     for f in c.findings:
         case = ET.SubElement(suite, "testcase", classname=f.cell or f.cell_id, name=f"{f.cell_id}.{f.metric}", time="0")
         text = f"baseline {f.baseline}, current {f.current}" + (f"; {f.detail}" if f.detail else "")
+        if f.noise:  # timing checks: what the change was judged against, and what it could have detected
+            text += f"; judged against {f.noise}; detectable change {f.detectable:.1%}"
+            ET.SubElement(case, "properties")
+            for key, value in (("noise", f.noise), ("detectable", f"{f.detectable:.4f}")):
+                ET.SubElement(case.find("properties"), "property", name=key, value=value)
         if f.verdict == "regression":
             failures += 1
-            ET.SubElement(case, "failure", message=f"{f.metric} regression: {f.detail}", type="regression").text = text
+            ET.SubElement(case, "failure", message=f"{f.metric} regression: {f.detail}" + (
+                f" [judged against {f.noise}]" if f.noise else ""), type="regression").text = text
         elif f.verdict in ("skipped", "inconclusive"):
             skipped += 1
             ET.SubElement(case, "skipped", message=f"{f.verdict}: {f.detail}")

@@ -1,31 +1,23 @@
-"""Small statistics in pure Python: the quantile all of suite uses, and the Mann-Whitney U test `compare` needs.
+"""Small statistics in pure Python: the quantile all of suite uses, and what compare's noise model needs.
 
-Why Mann-Whitney rather than a t-test: step times are not normal.  They have a floor (the work itself) and a
-long right tail (a page fault, a collective that waited on a straggler, a GC pause), so a few slow steps pull
-the mean and inflate the variance.  The U test only compares ranks: it asks whether a step time drawn from the
-current run tends to be larger than one drawn from the baseline, which is exactly "did it get slower", and one
-outlier counts as one rank, not as its size.
+* `quantile` / `median`: the one quantile (numpy's default linear interpolation).
+* `t_sf` / `t_ppf`: Student's t distribution, from the regularized incomplete beta function
+  (`betainc`, Numerical Recipes' continued fraction): compare judges a change against the spread of a few
+  runs, and with 3 runs a side the estimated spread is itself uncertain; the t distribution with
+  n_b + n_c - 2 degrees of freedom is what accounts for that (tests check it against tabulated quantiles).
+* `mad_sigma`: a robust standard deviation (1.4826 x the median absolute deviation), for a history of
+  nights of which one may be broken.
+* `summary`: min/max/mean/stddev/quantiles of a sample (export's pytest-benchmark statistics).
 
-The U statistic of sample x against y counts the pairs (x_i, y_j) with x_i > y_j (ties count one half).  It is
-computed from ranks: U_x = R_x - n_x (n_x + 1) / 2, with R_x the sum of x's ranks in the pooled, sorted data
-(tied values share their average rank).  Under the null hypothesis (both samples from one distribution)
-
-    mean(U) = n_x n_y / 2
-    var(U)  = n_x n_y / 12 * ((n + 1) - sum(t^3 - t) / (n (n - 1)))      n = n_x + n_y
-
-where t runs over the sizes of the groups of tied values (the tie correction: ties shrink the variance).
-For the sample sizes suite produces (tens of steps per side) the normal approximation is accurate; a
-continuity correction of 1/2 is applied, as scipy.stats.mannwhitneyu does by default in its asymptotic method,
-so the p-values here match scipy's `method="asymptotic"` (tested against hand-computed values).
+There is no test on step times here on purpose: steps of one run are not independent samples of what moves
+a night's numbers (docs/compare.md, "Why runs, not steps").
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
-from typing import Literal, Sequence
-
-Alternative = Literal["greater", "less", "two-sided"]
+from typing import Sequence
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -50,76 +42,68 @@ def median(values: Sequence[float]) -> float:
     return quantile(values, 0.5)
 
 
-def ranks(values: Sequence[float]) -> tuple[list[float], list[int]]:
-    """1-based ranks with ties given their average rank, and the sizes of the tied groups."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    out = [0.0] * len(values)
-    ties: list[int] = []
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        avg = (i + j) / 2 + 1  # ranks i+1 .. j+1 share their mean
-        for k in range(i, j + 1):
-            out[order[k]] = avg
-        if j > i:
-            ties.append(j - i + 1)
-        i = j + 1
-    return out, ties
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz's method)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for num in (m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
+                    -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
 
 
-@dataclass(frozen=True)
-class UTest:
-    """Result of mann_whitney_u(x, y): U is x's statistic (pairs where x wins), p for the alternative."""
-
-    u: float
-    z: float
-    p_value: float
-    n_x: int
-    n_y: int
-    alternative: str
-
-
-def _norm_sf(z: float) -> float:
-    """Survival function of the standard normal, P(Z > z)."""
-    return 0.5 * math.erfc(z / math.sqrt(2.0))
+def betainc(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function (Numerical Recipes' betai)."""
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"betainc: x={x} is outside [0, 1]")
+    if x in (0.0, 1.0):
+        return x
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
 
 
-def mann_whitney_u(x: Sequence[float], y: Sequence[float], alternative: Alternative = "two-sided",
-                   continuity: bool = True) -> UTest:
-    """Mann-Whitney U test with the normal approximation and tie correction.
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with df degrees of freedom."""
+    if df <= 0:
+        raise ValueError(f"Student's t needs df > 0, got {df}")
+    tail = 0.5 * betainc(df / 2, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
 
-    alternative="greater": x tends to be larger than y (e.g. current step times slower than baseline's).
-    Samples with fewer than one value on a side are an error; identical samples (zero variance) give p = 1.
-    """
-    n_x, n_y = len(x), len(y)
-    if n_x == 0 or n_y == 0:
-        raise ValueError(f"Mann-Whitney U needs values on both sides, got n_x={n_x}, n_y={n_y}")
-    if alternative not in ("greater", "less", "two-sided"):
-        raise ValueError(f"alternative {alternative!r} is not one of greater, less, two-sided")
-    pooled = list(x) + list(y)
-    r, ties = ranks(pooled)
-    u_x = sum(r[:n_x]) - n_x * (n_x + 1) / 2
-    u_y = n_x * n_y - u_x
-    n = n_x + n_y
-    mean = n_x * n_y / 2
-    tie_term = sum(t**3 - t for t in ties) / (n * (n - 1)) if n > 1 else 0.0
-    var = n_x * n_y / 12 * ((n + 1) - tie_term)
-    if var <= 0:  # every value tied: no evidence either way
-        return UTest(u_x, 0.0, 1.0, n_x, n_y, alternative)
-    sd = math.sqrt(var)
-    cc = 0.5 if continuity else 0.0
-    if alternative == "greater":
-        z = (u_x - mean - cc) / sd
-        p = _norm_sf(z)
-    elif alternative == "less":
-        z = (u_y - mean - cc) / sd
-        p = _norm_sf(z)
-    else:
-        z = (max(u_x, u_y) - mean - cc) / sd
-        p = min(1.0, 2 * _norm_sf(z))
-    return UTest(u_x, z, p, n_x, n_y, alternative)
+
+@functools.lru_cache(maxsize=256)  # compare asks for the same few (q, df) once per cell and metric
+def t_ppf(q: float, df: float) -> float:
+    """The q-quantile of Student's t (bisection on t_sf; |error| < 1e-10)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"t quantile q={q} is outside (0, 1)")
+    if q < 0.5:
+        return -t_ppf(1.0 - q, df)
+    lo, hi = 0.0, 1.0
+    while t_sf(hi, df) > 1.0 - q:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_sf(mid, df) > 1.0 - q else (lo, mid)
+        if hi - lo < 1e-10:
+            break
+    return (lo + hi) / 2
+
+
+def mad_sigma(values: Sequence[float]) -> float:
+    """A robust standard deviation: 1.4826 x the median absolute deviation from the median (equal to the
+    standard deviation for normal data; one wild value moves it little)."""
+    m = median(values)
+    return 1.4826 * median([abs(v - m) for v in values])
 
 
 def summary(values: Sequence[float]) -> dict[str, float | int]:

@@ -7,11 +7,7 @@ import statistics
 
 import pytest
 
-from suite.report.stats import mann_whitney_u, quantile, ranks, summary
-
-
-def sf(z: float) -> float:
-    return 0.5 * math.erfc(z / math.sqrt(2))
+from suite.report.stats import betainc, mad_sigma, quantile, summary, t_ppf, t_sf
 
 
 def test_quantile_interpolates_linearly():
@@ -31,53 +27,32 @@ def test_quantile_is_the_standard_librarys_inclusive_method():
     assert quantile(data, 0.0) == min(data) and quantile(data, 1.0) == max(data)
 
 
-def test_ranks_average_ties():
-    r, ties = ranks([10, 20, 20, 30, 20])
-    assert r == [1, 3, 3, 5, 3]  # the three 20s take ranks 2, 3, 4 -> 3 each
-    assert ties == [3]
+# Student's t quantiles from printed tables (e.g. NIST/SEMATECH e-Handbook, table 1.3.6.7.2), six digits.
+T_TABLE = [(0.95, 1, 6.313752), (0.975, 1, 12.706205), (0.95, 2, 2.919986), (0.99, 2, 6.964557),
+           (0.95, 4, 2.131847), (0.99, 4, 3.746947), (0.80, 4, 0.940965), (0.95, 8, 1.859548),
+           (0.975, 30, 2.042272), (0.95, 1e7, 1.644854)]
 
 
-def test_u_test_separated_samples_by_hand():
-    # x all below y: R_x = 1+2+3+4+5 = 15, U_x = 15 - 5*6/2 = 0, U_y = 25.
-    # mean = 5*5/2 = 12.5; no ties: var = 25/12 * 11 = 22.9167, sd = 4.78714.
-    x, y = [1, 2, 3, 4, 5], [6, 7, 8, 9, 10]
-    sd = math.sqrt(25 / 12 * 11)
-    less = mann_whitney_u(x, y, "less")
-    assert less.u == 0
-    assert less.z == pytest.approx((25 - 12.5 - 0.5) / sd)   # 2.50672
-    assert less.p_value == pytest.approx(0.0060926, abs=1e-6)
-    assert less.p_value == pytest.approx(sf(12 / sd))
-    greater = mann_whitney_u(x, y, "greater")
-    assert greater.p_value == pytest.approx(sf((0 - 12.5 - 0.5) / sd))  # 0.99669
-    two = mann_whitney_u(x, y)
-    assert two.p_value == pytest.approx(2 * 0.0060926, abs=2e-6)
+@pytest.mark.parametrize("q,df,t", T_TABLE)
+def test_t_quantiles_match_the_tables(q, df, t):
+    assert t_ppf(q, df) == pytest.approx(t, abs=2e-6)
+    assert t_sf(t, df) == pytest.approx(1 - q, rel=1e-5)
+    assert t_ppf(1 - q, df) == pytest.approx(-t, abs=2e-6)
 
 
-def test_u_test_tie_correction_by_hand():
-    # pooled sorted: 1x 2x 2x 2y 3x 3y 4y 5y -> ranks 1, 3, 3, 3, 5.5, 5.5, 7, 8
-    # R_x = 1 + 3 + 3 + 5.5 = 12.5, U_x = 12.5 - 10 = 2.5, U_y = 16 - 2.5 = 13.5, mean = 8
-    # ties of size 3 and 2: sum(t^3 - t) = 24 + 6 = 30; var = 16/12 * (9 - 30/56) = 11.285714
-    x, y = [1, 2, 2, 3], [2, 3, 4, 5]
-    res = mann_whitney_u(x, y, "less")
-    assert res.u == 2.5
-    sd = math.sqrt(16 / 12 * (9 - 30 / 56))
-    assert sd == pytest.approx(3.359422, abs=1e-6)
-    assert res.z == pytest.approx(5 / sd)  # (13.5 - 8 - 0.5) / sd = 1.48835
-    assert res.p_value == pytest.approx(0.068329, abs=2e-6)  # normal table: 1 - Phi(1.48835)
-    # without the tie correction the variance would be 12 and p 0.0745: the correction is applied
-    assert res.p_value < sf(5 / math.sqrt(12)) - 0.005
-    no_cc = mann_whitney_u(x, y, "less", continuity=False)
-    assert no_cc.z == pytest.approx(5.5 / sd)
-
-
-def test_u_test_symmetry_and_degenerate_cases():
-    x, y = [0.11, 0.12, 0.13, 0.5], [0.10, 0.105, 0.2]
-    assert mann_whitney_u(x, y, "greater").p_value == pytest.approx(mann_whitney_u(y, x, "less").p_value)
-    assert mann_whitney_u([1.0] * 5, [1.0] * 7, "greater").p_value == 1.0
+def test_t_survival_in_closed_form():
+    # df=1 is the Cauchy distribution: P(T > t) = 1/2 - atan(t)/pi; df=2: P(T > t) = (1 - t/sqrt(2 + t^2)) / 2
+    for t in (-3.0, -0.5, 0.0, 0.7, 4.0, 40.0):
+        assert t_sf(t, 1) == pytest.approx(0.5 - math.atan(t) / math.pi, abs=1e-12)
+        assert t_sf(t, 2) == pytest.approx((1 - t / math.sqrt(2 + t * t)) / 2, abs=1e-12)
+    assert betainc(2, 3, 0.4) == pytest.approx(0.5248, abs=1e-12)  # 1 - (1-x)^4 - 4x(1-x)^3 at x = 0.4
     with pytest.raises(ValueError):
-        mann_whitney_u([], [1.0])
-    with pytest.raises(ValueError):
-        mann_whitney_u([1.0], [2.0], "bigger")  # type: ignore[arg-type]
+        t_ppf(1.0, 4)
+
+
+def test_mad_sigma_is_robust():
+    assert mad_sigma([1.0, 2.0, 3.0, 4.0, 100.0]) == pytest.approx(1.4826)  # the wild value barely counts
+    assert mad_sigma([5.0, 5.0, 5.0]) == 0.0
 
 
 def test_summary():

@@ -162,8 +162,9 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster for launcher: ray cells "
                                                   "(HOST:PORT; default $RAY_ADDRESS, else a private local cluster "
                                                   "suite starts and stops)."),
-        image: Optional[str] = typer.Option(None, "--image", help="Run each torchrun cell in a fresh container of "
-                                            "this local image (Docker SDK); its digest goes into the manifest."),
+        image: List[str] = typer.Option([], "--image", help="Run each torchrun cell in a fresh container of this "
+                                        "local image (Docker SDK); its digest goes into the manifest.  Twice (A/B): "
+                                        "one run folder per image, launches alternated."),
         preflight: bool = typer.Option(False, "--preflight", help="First measure the all-reduce bus bandwidth on "
                                        "the run's world size and record it in the manifest (extra.preflight).")) -> None:
     """Run every cell of a scenario (torchrun or Ray) into a new, append-only run folder."""
@@ -173,15 +174,15 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
     from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, console, err_console
     from suite.results import store
     from suite.results.show import cells_table
-    from suite.runner.run import RunError, RunOptions, run_scenario
+    from suite.runner.run import RunError, RunOptions, run_ab, run_scenario
     from suite.scenario import ScenarioError
 
     file, resume_dir = (None, target) if resume and target.is_dir() else (target, None)
     opts = RunOptions(results=results, only=only, resume=resume, resume_dir=resume_dir, repeats=repeats,
-                      shuffle=shuffle, force=force, image=image, ray_address=ray_address, preflight=preflight,
+                      shuffle=shuffle, force=force, image=image[0] if image else None, ray_address=ray_address, preflight=preflight,
                       command=["suite", *sys.argv[1:]])
     try:
-        outcome = run_scenario(file, opts, err_console)
+        outcomes = run_ab(file, opts, image, err_console) if len(image) > 1 else [run_scenario(file, opts, err_console)]
     except (ScenarioError, RunError) as exc:
         for problem in getattr(exc, "problems", None) or [str(exc)]:
             _error(problem)
@@ -196,12 +197,16 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
     except CommError as exc:  # --preflight's ranks failed, or Ctrl-C stopped them
         _error(f"--preflight: {exc}")
         raise typer.Exit(130 if exc.interrupted else 1)
-    console.print(cells_table(outcome.results, f"{outcome.run_dir.parent.name}: {len(outcome.results)} cell results"))
-    console.print(f"results: {outcome.run_dir}", highlight=False, markup=False, soft_wrap=True)
-    if outcome.interrupted_by:
-        err_console.print(f"interrupted by {outcome.interrupted_by}: finished cells are kept; continue with "
-                          f"`suite run {outcome.run_dir} --resume`", highlight=False, markup=False, soft_wrap=True)
-    raise typer.Exit(outcome.exit_code)
+    for outcome in outcomes:
+        console.print(cells_table(outcome.results, f"{outcome.run_dir.parent.name}: {len(outcome.results)} cell results"))
+        console.print(f"results: {outcome.run_dir}", highlight=False, markup=False, soft_wrap=True)
+        if outcome.interrupted_by:
+            err_console.print(f"interrupted by {outcome.interrupted_by}: finished cells are kept; continue with "
+                              f"`suite run {outcome.run_dir} --resume`", highlight=False, markup=False, soft_wrap=True)
+    if len(outcomes) > 1:
+        console.print("A/B: suite compare " + " ".join(str(o.run_dir) for o in outcomes[:2]), highlight=False,
+                      markup=False, soft_wrap=True)
+    raise typer.Exit(max(o.exit_code for o in outcomes))
 
 
 results_app = typer.Typer(no_args_is_help=True, help="Stored results: list run folders, show a run or a cell.")

@@ -16,9 +16,13 @@ in extra.session); a damaged run folder is refused before anything is written (r
 The options of the first session (--only, --repeats, --shuffle, --force, --image, --ray-address) carry over
 to a resume.
 
-In code: `open_run` (a new or reopened run folder, its manifest: a `Session`), `run_one` per cell and repeat
-(a launch request from the cell -> suite.launch -> CellResult), `finish` (the outcome and exit code);
-`run_scenario` strings them together and owns the Ctrl-C / SIGTERM handlers.  Options reach the launchers
+`--image A --image B` (`run_ab`) runs the scenario in both images into two run folders, alternating launches
+cell by cell, for `suite compare RUN_A RUN_B`.
+
+In code: `open_run` (a new or reopened run folder, its manifest: a `Session`; reading the scenario and --only
+is opening.py's), `run_one` per cell and repeat (a launch request from the cell -> suite.launch ->
+CellResult), `finish` (the outcome and exit code); `run_sessions` strings them together for one run folder or
+several and owns the Ctrl-C / SIGTERM handlers.  Options reach the launchers
 in the request (image, Ray address), never through os.environ.
 """
 
@@ -29,29 +33,26 @@ import signal
 import sys
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 
-from suite.cells import Cell, expand, load_cells
+from suite.cells import Cell
 from suite.console import EXIT_FAILED, EXIT_OK
 from suite.launch import DEFAULT_WORKER, LaunchResult, launch
 from suite.plan import predict
-from suite.results import reader, store
+from suite.results import store
 from suite.results.env import build_manifest, git_info, torch_info
 from suite.results.schema import FINAL_STATUSES, CellResult
 from suite.runner.cell import (
     CellTraces, build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, write_payload,
 )
 from suite.runner.gates import first_failure, loss_gates, match_gate, reference_of, run_order
+from suite.runner.opening import RunError, open_scenario, select_cells
 from suite.runner.progress import RunProgress
-from suite.runner.resume import DamagedRun, read_stored
-from suite.scenario import Scenario, load_scenario
 
-
-class RunError(Exception):
-    """A problem with the request itself (bad --only id, nothing to resume); nothing was run."""
+__all__ = ["RunError", "RunOptions", "RunOutcome", "run_ab", "run_scenario"]
 
 
 @dataclass
@@ -77,55 +78,6 @@ class RunOutcome:
     results: list[CellResult]  # final results of the selected cells, in run order (earlier sessions too)
     interrupted_by: str | None
     exit_code: int
-
-
-def _select(cells: list[Cell], only: list[str]) -> tuple[list[Cell], list[str]]:
-    """Cells named by --only (id or unique id prefix), plus the references their match gates need."""
-    if not only:
-        return cells, []
-    chosen: list[Cell] = []
-    for key in only:
-        hits = [c for c in cells if c.id.startswith(key)]
-        if len(hits) != 1:
-            what = "no cell" if not hits else f"{len(hits)} cells"
-            raise RunError(f"--only {key}: {what} of the scenario match; cell ids: {', '.join(c.id for c in cells)}")
-        chosen += [h for h in hits if h not in chosen]
-    notes = []
-    for c in list(chosen):
-        match = c.convergence.match if c.convergence else None
-        ref = reference_of(c, cells, match) if match else None
-        if ref is not None and ref not in chosen:
-            chosen.append(ref)
-            notes.append(f"added {ref.id}: the reference of {c.id}'s match gate ({match.axis}={match.value})")
-    return [c for c in cells if c in chosen], notes
-
-
-def _open(file: Path | None, opts: RunOptions) -> tuple[Path | None, Scenario, list[Cell], dict, list[CellResult]]:
-    """(existing run folder or None, scenario, cells, options saved by the session that made the folder, its
-    stored cell results).  A resume reads everything it needs here, before anything is written: a damaged run
-    folder is a RunError naming the file, and leaves no resume-NN.json behind."""
-    if not opts.resume:
-        if file is None:
-            raise RunError("a scenario file is needed (or --resume RUN_DIR)")
-        scenario, cells = load_cells(str(file))
-        return None, scenario, cells, {}, []
-    run_dir = opts.resume_dir
-    if run_dir is None:
-        if file is None:
-            raise RunError("--resume needs the scenario file or a run folder")
-        name = load_scenario(file)[0].name
-        run_dir = reader.latest_run_dir(opts.results, name)
-        if run_dir is None:
-            raise RunError(f"--resume: no run folder of scenario {name!r} under {opts.results}")
-    if not reader.is_run_dir(run_dir):
-        raise RunError(f"--resume: {run_dir} is not a run folder (NNNN_sha_utc with cells/)")
-    try:
-        stored, saved, previous = read_stored(run_dir)
-    except DamagedRun as exc:
-        raise RunError(str(exc)) from None
-    if file is not None and load_scenario(file)[0].model_dump(mode="json") != stored.model_dump(mode="json"):
-        raise RunError(f"--resume: {file} differs from {run_dir}/scenario.yaml; start a new run instead")
-    return run_dir, stored, expand(stored), saved, previous
 
 
 def _gate(cell: Cell, result: CellResult, cells: list[Cell], done: dict) -> CellResult:
@@ -174,11 +126,11 @@ class Session:
 
 def open_run(file: Path | None, opts: RunOptions, console) -> Session:
     """Make a run folder (or reopen one for --resume), write its scenario and this session's manifest."""
-    run_dir, scenario, cells, saved, previous = _open(file, opts)
+    run_dir, scenario, cells, saved, previous = open_scenario(file, opts)
     repeats = opts.repeats or saved.get("repeats")
     shuffle = opts.shuffle if opts.shuffle is not None else saved.get("shuffle")
     force = opts.force or saved.get("force", False)
-    selected, notes = _select(cells, opts.only or saved.get("only", []))
+    selected, notes = select_cells(cells, opts.only or saved.get("only", []))
     worker = opts.worker_module or os.environ.get("SUITE_WORKER_MODULE") or DEFAULT_WORKER
     image = opts.image or saved.get("image")
     ray_address = opts.ray_address or saved.get("ray_address")
@@ -263,11 +215,33 @@ def finish(s: Session, done: dict, received: list[int]) -> RunOutcome:
 
 def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
     """Run (or resume) a scenario; see the module docstring.  Raises RunError / ScenarioError before running."""
-    s = open_run(file, opts, console)
-    done = {(x.cell_id, x.repeat): x for x in s.previous if x.status in FINAL_STATUSES}
-    progress = RunProgress(len(s.plan), console, opts.live)
-    progress.note(f"run folder: {s.run_dir}")
-    for note in s.notes:
+    return run_sessions([open_run(file, opts, console)], opts, console)[0]
+
+
+def run_ab(file: Path, opts: RunOptions, images: list[str], console) -> list[RunOutcome]:
+    """The same scenario in each image, one run folder per image, launches alternated cell by cell: round r
+    runs (cell, r) in every image before the next cell, the images' order rotating with r (A B, then B A),
+    so a slow spell of the machine hits every image alike.  Then `suite compare RUN_A RUN_B`."""
+    if opts.resume:
+        raise RunError("--resume takes one run folder: resume each image's run folder on its own")
+    if len(set(images)) != len(images):
+        raise RunError(f"--image given twice with the same image: {', '.join(images)}")
+    return run_sessions([open_run(file, replace(opts, image=img), console) for img in images], opts, console)
+
+
+def _steps(sessions: list[Session]) -> list[tuple[Session, Cell, int]]:
+    """Every session's plan, alternated (one session: its plan)."""
+    n = len(sessions)
+    return [(sessions[(i + repeat) % n], cell, repeat) for cell, repeat in sessions[0].plan for i in range(n)]
+
+
+def run_sessions(sessions: list[Session], opts: RunOptions, console) -> list[RunOutcome]:
+    """The one loop over launches (with its Ctrl-C / SIGTERM handlers) for one run folder or several."""
+    dones = {id(s): {(x.cell_id, x.repeat): x for x in s.previous if x.status in FINAL_STATUSES} for s in sessions}
+    progress = RunProgress(sum(len(s.plan) for s in sessions), console, opts.live)
+    for s in sessions:
+        progress.note(f"run folder: {s.run_dir}" + (f" (image {s.image})" if len(sessions) > 1 else ""))
+    for note in sessions[0].notes:
         progress.note(note)
     stop, received = threading.Event(), []
 
@@ -279,7 +253,8 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
     if threading.current_thread() is threading.main_thread():
         handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for cell, repeat in s.plan:
+        for s, cell, repeat in _steps(sessions):
+            done = dones[id(s)]
             if stop.is_set():
                 break
             if (cell.id, repeat) in done:
@@ -296,4 +271,4 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
         progress.close()
         for sig, h in handlers.items():
             signal.signal(sig, h)
-    return finish(s, done, received)
+    return [finish(s, dones[id(s)], received) for s in sessions]

@@ -167,3 +167,24 @@ def test_ctrl_c_during_a_trace_records_nothing(world, monkeypatch):
     out = run_scenario(path, RunOptions(results=results, live=False), console)
     assert out.interrupted_by == "SIGINT" and out.results == [] and calls == []
     assert not (out.run_dir / "cells").exists() or not any((out.run_dir / "cells").iterdir())
+
+
+def test_ab_runs_each_image_into_its_own_run_folder_alternated(world, monkeypatch):
+    path, results, calls, behaviour, console = world
+    images = []
+    real_one = run_mod.run_one
+    monkeypatch.setattr(run_mod, "run_one", lambda s, cell, r, *a: images.append((s.image, cell.strategy, r))
+                        or real_one(s, cell, r, *a))
+    outs = run_mod.run_ab(path, RunOptions(results=results, repeats=2, live=False), ["img-a", "img-b"], console)
+    assert [o.exit_code for o in outs] == [0, 0] and outs[0].run_dir != outs[1].run_dir
+    assert all(len(o.results) == 8 for o in outs)  # 4 cells x 2 repeats in each image
+    # cell by cell, both images; round 1 runs image b first (the order rotates)
+    assert [i for i, _, r in images if r == 0][:4] == ["img-a", "img-b", "img-a", "img-b"]
+    assert [i for i, _, r in images if r == 1][:2] == ["img-b", "img-a"]
+    for out, image in zip(outs, ["img-a", "img-b"]):
+        manifest = json.loads((out.run_dir / "manifest.json").read_text())
+        assert manifest["container_image"] == image and manifest["extra"]["options"]["image"] == image
+    with pytest.raises(RunError, match="same image"):
+        run_mod.run_ab(path, RunOptions(results=results, live=False), ["img-a", "img-a"], console)
+    with pytest.raises(RunError, match="--resume"):
+        run_mod.run_ab(path, RunOptions(results=results, resume=True, live=False), ["img-a", "img-b"], console)

@@ -246,7 +246,8 @@ class Scenario(_Strict):
         5, ge=0, validate_default=True, description="First steps excluded from timing (still in the loss curve)."
     )
     repeats: Annotated[int, Field(gt=0, le=10_000)] = Field(
-        1, description="Times each cell is run (for timing statistics).")
+        1, description="Launches of each cell, in interleaved rounds (A0 B0 A1 B1 ...); 3+ let compare judge timing "
+        "against the spread between runs.")
     seed: int = Field(
         0, ge=0, le=2**63 - 1, description="Seed for weights and data; identical on every rank and strategy.")
     optimizer: Optimizer = Field(default_factory=Optimizer, description="Optimizer settings.")

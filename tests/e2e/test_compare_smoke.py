@@ -1,9 +1,12 @@
 """Rerun the CPU smoke scenario and compare it with the committed baseline (results/baselines/smoke).
 
-Thresholds are set for a noisy, shared CPU: throughput and step time may move a lot between machines and
-loads (only a 10x slowdown fails), while what is deterministic on CPU stays tight — every cell must still
-run ok and pass its gates (the ZeRO curves match DDP's), the final loss must agree to 0.1 %, and the counted
-model-state bytes to 1 %.  Environment differences (another CPU model, another torch build) are only shown.
+The baseline is a history: 5 stored runs of smoke made on the development machine (scripts/noise-campaign's
+history phase), so the timing checks are judged against those runs' own spread (docs/compare.md), and this
+test checks they were.  The timing thresholds stay wide because CI may be another machine (another CPU, other
+load): a history made on one machine says nothing about another's speed, and only a 10x slowdown fails here;
+what is deterministic on CPU stays tight — every cell must still run ok and pass its gates (the ZeRO curves
+match DDP's), the final loss must agree to 0.1 %, and the counted model-state bytes to 1 %.  Environment
+differences (another CPU model, another torch build) are only shown.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def suite(*args: str, timeout: int) -> subprocess.CompletedProcess:
 
 
 def test_smoke_rerun_matches_the_committed_baseline(tmp_path):
-    assert list(BASELINE.glob("*/manifest.json")), f"no committed baseline run under {BASELINE}"
+    assert len(list(BASELINE.glob("*/manifest.json"))) >= 5, f"the committed baseline {BASELINE} is not a history"
     run = suite("run", "scenarios/smoke.yaml", "--results", tmp_path, timeout=1800)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
@@ -45,4 +48,7 @@ def test_smoke_rerun_matches_the_committed_baseline(tmp_path):
         for metric in ("status", "convergence", "final_loss", "peak_memory"):
             case = cases[f"{cid}.{metric}"]
             assert case.find("failure") is None and case.find("skipped") is None, (cid, metric)
+        for metric in ("step_time", "tokens_per_s"):  # judged against the history, not against nothing
+            noise = {p.get("name"): p.get("value") for p in cases[f"{cid}.{metric}"].iter("property")}["noise"]
+            assert noise.startswith("night-to-night sd") and "history of 5 runs" in noise, (cid, metric, noise)
 

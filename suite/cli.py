@@ -173,16 +173,17 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
     from suite.comm.launch import CommError
     from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, console, err_console
     from suite.results import store
-    from suite.results.show import cells_table
+    from suite.runner.progress import print_outcomes
     from suite.runner.run import RunError, RunOptions, run_ab, run_scenario
     from suite.scenario import ScenarioError
 
     file, resume_dir = (None, target) if resume and target.is_dir() else (target, None)
     opts = RunOptions(results=results, only=only, resume=resume, resume_dir=resume_dir, repeats=repeats,
-                      shuffle=shuffle, force=force, image=image[0] if image else None, ray_address=ray_address, preflight=preflight,
-                      command=["suite", *sys.argv[1:]])
+                      shuffle=shuffle, force=force, image=image[0] if image else None, ray_address=ray_address,
+                      preflight=preflight, command=["suite", *sys.argv[1:]])
     try:
-        outcomes = run_ab(file, opts, image, err_console) if len(image) > 1 else [run_scenario(file, opts, err_console)]
+        outcomes = run_ab(file, opts, image, err_console) if len(image) > 1 else [run_scenario(file, opts,
+                                                                                                 err_console)]
     except (ScenarioError, RunError) as exc:
         for problem in getattr(exc, "problems", None) or [str(exc)]:
             _error(problem)
@@ -197,15 +198,7 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
     except CommError as exc:  # --preflight's ranks failed, or Ctrl-C stopped them
         _error(f"--preflight: {exc}")
         raise typer.Exit(130 if exc.interrupted else 1)
-    for outcome in outcomes:
-        console.print(cells_table(outcome.results, f"{outcome.run_dir.parent.name}: {len(outcome.results)} cell results"))
-        console.print(f"results: {outcome.run_dir}", highlight=False, markup=False, soft_wrap=True)
-        if outcome.interrupted_by:
-            err_console.print(f"interrupted by {outcome.interrupted_by}: finished cells are kept; continue with "
-                              f"`suite run {outcome.run_dir} --resume`", highlight=False, markup=False, soft_wrap=True)
-    if len(outcomes) > 1:
-        console.print("A/B: suite compare " + " ".join(str(o.run_dir) for o in outcomes[:2]), highlight=False,
-                      markup=False, soft_wrap=True)
+    print_outcomes(outcomes, console, err_console)
     raise typer.Exit(max(o.exit_code for o in outcomes))
 
 
@@ -264,7 +257,10 @@ def compare(baseline: Path = typer.Argument(..., help="Baseline results (run fol
             current: Path = typer.Argument(..., help="Current results, matched to the baseline by cell id."),
             threshold: List[str] = typer.Option([], "--threshold", help="METRIC=VALUE, e.g. tokens_per_s=5% "
                                                 "(tokens_per_s, step_time, peak_memory, final_loss; repeatable)."),
-            alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the Mann-Whitney U test."),
+            alpha: float = typer.Option(0.05, "--alpha", help="Timing: 1 - the confidence that a change is past its "
+                                        "threshold (docs/compare.md)."),
+            history: int = typer.Option(10, "--history", min=1, help="Timing: use at most the N latest stored "
+                                        "baseline runs of a cell (5+ are a noise model of their own)."),
             strict: bool = typer.Option(False, "--strict", help="Exit 2 when the environments differ."),
             ignore_env: List[str] = typer.Option([], "--ignore-env", help="An environment field --strict accepts "
                                                  "differing, e.g. image_digest (repeatable)."),
@@ -273,7 +269,7 @@ def compare(baseline: Path = typer.Argument(..., help="Baseline results (run fol
     """Compare two sets of results cell by cell: exit 0 no regression, 1 regression, 2 usage error."""
     from suite.report.commands import compare as run_compare
 
-    raise typer.Exit(run_compare(baseline, current, threshold, alpha, strict, fmt, out, ignore_env))
+    raise typer.Exit(run_compare(baseline, current, threshold, alpha, strict, fmt, out, ignore_env, history))
 
 
 @app.command()

@@ -42,7 +42,7 @@ def report(paths: list[Path], formats: list[str], out: Path | None, group_by: li
 
 
 def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, strict: bool, fmt: str,
-            out: Path | None, ignore_env: list[str] = ()) -> int:
+            out: Path | None, ignore_env: list[str] = (), history: int = 10) -> int:
     from suite.report.compare import ENV_FIELDS, CompareUsageError, compare as run_compare, parse_threshold
     from suite.report.compare_out import print_terminal, to_markdown
     from suite.report.junit import to_junit
@@ -58,7 +58,7 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
     try:
         parsed = dict(parse_threshold(t) for t in thresholds)
         base_runs, cur_runs = load_runs([baseline]), load_runs([current])
-        result = run_compare(base_runs, cur_runs, parsed, alpha)
+        result = run_compare(base_runs, cur_runs, parsed, alpha, history)
     except (StoreError, CompareUsageError) as exc:
         return _error(str(exc))
     if result.matched == 0:

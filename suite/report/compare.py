@@ -2,8 +2,8 @@
 
 Cells are matched by id (a hash of the settings that change what is computed, so the same cell in two runs has
 the same id).  When one side holds the cell in several runs, its latest run is used, with all its repeats; on
-the baseline side the earlier runs are kept too: 3 or more stored runs of a cell are a history, the noise model
-its timing checks are judged against (noise.py).
+the baseline side the earlier runs are kept too (the latest 10, or --history N): 5 or more stored runs of a cell
+are a history, the noise model its timing checks are judged against (noise.py).
 Per matched cell and metric the verdict is regression, improvement, unchanged, inconclusive or skipped; each
 metric is one check object in checks.py (status, step_time, tokens_per_s, peak_memory, convergence,
 final_loss), and every check but status is skipped for a cell that did not run on both sides.
@@ -78,17 +78,17 @@ class Comparison:
         return [f for f in self.findings if f.verdict == "improvement"]
 
 
-def select(runs: list[Run]) -> dict[str, Side]:
-    """cell id -> its results in the latest run that has it (runs come oldest first from load_runs), with
-    every run that has it, oldest first, as its history."""
+def select(runs: list[Run], history: int = 10) -> dict[str, Side]:
+    """cell id -> its results in the latest run that has it (runs come oldest first from load_runs), with the
+    `history` latest runs that have it, oldest first, as its history."""
     out: dict[str, Side] = {}
     for run in runs:
         by_cell: dict[str, list[CellResult]] = {}
         for r in run.results:
             by_cell.setdefault(r.cell_id, []).append(r)
         for cell_id, results in by_cell.items():
-            history = out[cell_id].history if cell_id in out else []
-            out[cell_id] = Side(run, results, history + [(run, results)])
+            past = out[cell_id].history if cell_id in out else []
+            out[cell_id] = Side(run, results, (past + [(run, results)])[-history:])
     return out
 
 
@@ -145,11 +145,14 @@ def environment_diffs(pairs: list[tuple[Side, Side]]) -> list[EnvDiff]:
 
 
 def compare(baseline: list[Run], current: list[Run], thresholds: dict[str, float] | None = None,
-            alpha: float = 0.05) -> Comparison:
+            alpha: float = 0.05, history: int = 10) -> Comparison:
+    """history: how many of the latest stored baseline runs of a cell its timing checks may use."""
     if not 0 < alpha < 1:
         raise CompareUsageError(f"--alpha {alpha} must be between 0 and 1")
+    if history < 1:
+        raise CompareUsageError(f"--history {history} must be at least 1")
     thr = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
-    b = select(baseline)
+    b = select(baseline, history)
     c = {cid: Side(side.run, side.results) for cid, side in select(current).items()}  # the latest run only
     axes = varying(list(b.values()) + list(c.values()))
     desc = {cid: describe(side.results[0], axes) for side_map in (b, c) for cid, side in side_map.items()}

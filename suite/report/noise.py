@@ -10,15 +10,18 @@ Three ways to judge, by what the two sides hold (`judge`):
 
 * history — the baseline holds the cell in >= HISTORY_MIN stored runs (e.g. the last nights).  The noise
   model is that history: centre = the median of the runs' log values, spread s = the robust sd
-  (stats.mad_sigma) of them, so one broken night neither moves the centre nor widens the band much.  A new
+  (stats.mad_sigma, small-sample corrected) of them, so one broken night neither moves the centre nor widens
+  the band much.  The history's runs and the current run should have as many repeats (a run's value is the
+  mean over its repeats; the verdict says so when they differ).  A new
   run's log value, if nothing changed, falls within t(1-alpha, n-1) x s x sqrt(1 + pi/(2n)) of the centre
   (a prediction interval: the new night's own spread plus the uncertainty of a median of n).
 * repeats — no history, but >= REPEATS_MIN repeats on each side: a two-sample Student t test on the
   repeats' log values with the pooled spread (the same cell on the same machine: the spread is the cell's),
   n_b + n_c - 2 degrees of freedom.  Not Mann-Whitney on the repeat medians: with 3 against 3 its smallest
   possible one-sided p is 1/20 = 0.05, so at alpha = 0.05 it could never fire.
-* threshold — fewer repeats and no history: nothing to estimate noise from.  The change is compared with the
-  threshold alone and says "no noise estimate"; it is never called significant.
+* threshold — fewer repeats and no history, or a spread of exactly 0 (identical values: a degenerate
+  estimate, not a measurement of no noise): the change is compared with the threshold alone and says "no
+  noise estimate"; it is never called significant.
 
 In the first two, the question asked is "is the change larger than the threshold, with confidence
 1 - alpha" (a test against the threshold as margin, not against zero): regression when
@@ -39,7 +42,8 @@ from typing import Sequence
 
 from suite.report import stats
 
-HISTORY_MIN = 3   # stored runs of a cell on the baseline side that make a noise model of their own
+HISTORY_MIN = 5   # stored runs of a cell on the baseline side that make a noise model of their own (fewer: the
+                  # spread of 3 or 4 values, robustly estimated, is too uncertain to judge a night by)
 REPEATS_MIN = 3   # repeats a side for a two-sample test (the spread of 2 values is too uncertain to use)
 
 
@@ -52,17 +56,21 @@ class Judgement:
     change: float                # current / baseline - 1
     detectable: float            # smallest change flagged, as a fraction in the worse direction
     noise: float | None          # relative sd of one run's value (None: no estimate)
-    p_value: float | None        # P(a change this far past the threshold | the true change = the threshold)
+    # in the direction of the change: P(a change this far past the threshold | the true change = the threshold)
+    p_value: float | None
     n_baseline: int              # runs (history) or repeats on each side
     n_current: int
     band: tuple[float, float] | None = None   # history: where an unchanged run falls, in units
+    note: str = ""               # e.g. the history's runs have other repeat counts than the current run
 
     @property
     def noise_text(self) -> str:
         if self.method == "history":
-            return f"night-to-night sd {self.noise:.1%} (history of {self.n_baseline} runs)"
+            return f"night-to-night sd {self.noise:.1%} (history of {self.n_baseline} runs{self.note})"
         if self.method == "repeats":
             return f"run-to-run sd {self.noise:.1%} ({self.n_baseline}+{self.n_current} repeats)"
+        if self.note:
+            return f"no noise estimate ({self.note})"
         return (f"no noise estimate ({self.n_baseline} vs {self.n_current} repeat(s); needs {REPEATS_MIN}+ a "
                 f"side or {HISTORY_MIN}+ stored baseline runs)")
 
@@ -90,12 +98,15 @@ def judge(baseline: Sequence[Sequence[float]], current: Sequence[float], thresho
     yc = _logs(current)
     sign = 1.0 if higher_is_worse else -1.0
     margin = math.log1p(threshold)
-    band = None
+    band, note = None, ""
     if len(runs) >= HISTORY_MIN:
         nights = [_mean(_logs(r)) for r in runs]
         n = len(nights)
         centre, spread = stats.median(nights), stats.mad_sigma(nights)
         se, df, method, nb = spread * math.sqrt(1 + math.pi / (2 * n)), n - 1, "history", n
+        counts = sorted({len(r) for r in runs})
+        if counts != [len(yc)]:
+            note = f"; their repeats: {'/'.join(map(str, counts))}, current: {len(yc)}"
     else:
         yb = _logs(runs[-1])
         centre, nb = _mean(yb), len(yb)
@@ -106,6 +117,9 @@ def judge(baseline: Sequence[Sequence[float]], current: Sequence[float], thresho
             se, method = spread * math.sqrt(1 / nb + 1 / len(yc)), "repeats"
         else:
             spread, se, df, method = None, 0.0, 0, "threshold"
+    if spread == 0:  # identical values: nothing was learnt about the noise
+        note = f"{'history' if method == 'history' else 'repeats'} with a spread of exactly 0"
+        spread, se, df, method = None, 0.0, 0, "threshold"
     d = _mean(yc) - centre
     worse = sign * d
     reach = stats.t_ppf(1 - alpha, df) * se if se > 0 else 0.0
@@ -116,4 +130,4 @@ def judge(baseline: Sequence[Sequence[float]], current: Sequence[float], thresho
         band = (math.exp(centre - reach), math.exp(centre + reach))
     detectable = math.expm1(boundary) if higher_is_worse else -math.expm1(-boundary)
     return Judgement(verdict, method, math.exp(centre), math.exp(_mean(yc)), math.expm1(d), detectable,
-                     None if spread is None else math.expm1(spread), p, nb, len(yc), band)
+                     None if spread is None else math.expm1(spread), p, nb, len(yc), band, note)

@@ -99,11 +99,19 @@ def t_ppf(q: float, df: float) -> float:
     return (lo + hi) / 2
 
 
+# Small-sample factors that make 1.4826 x MAD unbiased for normal data (Croux & Rousseeuw 1992, "Time-efficient
+# algorithms for two highly robust estimators of scale", Table 1); n > 9: n / (n - 0.8).
+_MAD_SMALL = {2: 1.196, 3: 1.495, 4: 1.363, 5: 1.206, 6: 1.200, 7: 1.140, 8: 1.129, 9: 1.107}
+
+
 def mad_sigma(values: Sequence[float]) -> float:
-    """A robust standard deviation: 1.4826 x the median absolute deviation from the median (equal to the
-    standard deviation for normal data; one wild value moves it little)."""
+    """A robust standard deviation: 1.4826 x the median absolute deviation from the median, times the small-
+    sample factor that makes it unbiased for normal data (at n = 5 the plain MAD is 17% low on average); one
+    wild value moves it little."""
+    n = len(values)
     m = median(values)
-    return 1.4826 * median([abs(v - m) for v in values])
+    factor = _MAD_SMALL.get(n, n / (n - 0.8) if n > 9 else 1.0)
+    return factor * 1.4826 * median([abs(v - m) for v in values])
 
 
 def summary(values: Sequence[float]) -> dict[str, float | int]:

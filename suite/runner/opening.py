@@ -7,8 +7,8 @@ from pathlib import Path
 
 from suite.cells import Cell, expand, load_cells
 from suite.results import reader
-from suite.runner.gates import reference_of
 from suite.results.schema import CellResult
+from suite.runner.gates import reference_of
 from suite.runner.resume import DamagedRun, read_stored
 from suite.scenario import Scenario, load_scenario
 
@@ -26,7 +26,8 @@ def select_cells(cells: list[Cell], only: list[str]) -> tuple[list[Cell], list[s
         hits = [c for c in cells if c.id.startswith(key)]
         if len(hits) != 1:
             what = "no cell" if not hits else f"{len(hits)} cells"
-            raise RunError(f"--only {key}: {what} of the scenario match; cell ids: {', '.join(c.id for c in cells)}")
+            ids = ", ".join(c.id for c in cells)
+            raise RunError(f"--only {key}: {what} of the scenario match; cell ids: {ids}")
         chosen += [h for h in hits if h not in chosen]
     notes = []
     for c in list(chosen):
@@ -38,10 +39,11 @@ def select_cells(cells: list[Cell], only: list[str]) -> tuple[list[Cell], list[s
     return [c for c in cells if c in chosen], notes
 
 
-def open_scenario(file: Path | None, opts) -> tuple[Path | None, Scenario, list[Cell], dict, list[CellResult]]:
-    """opts: run.RunOptions.  (existing run folder or None, scenario, cells, options saved by the session that made the folder, its
-    stored cell results).  A resume reads everything it needs here, before anything is written: a damaged run
-    folder is a RunError naming the file, and leaves no resume-NN.json behind."""
+def open_scenario(file: Path | None,
+                  opts) -> tuple[Path | None, Scenario, list[Cell], dict, list[CellResult]]:
+    """opts: run.RunOptions.  (existing run folder or None, scenario, cells, options saved by the session that
+    made the folder, its stored cell results).  A resume reads everything it needs here, before anything is
+    written: a damaged run folder is a RunError naming the file, and leaves no resume-NN.json behind."""
     if not opts.resume:
         if file is None:
             raise RunError("a scenario file is needed (or --resume RUN_DIR)")

@@ -134,3 +134,19 @@ class RunProgress:
             text.append(f"\ncurrent {self.cell.id}-r{self.repeat}  {where}  "
                         f"({time.monotonic() - self.cell_t0:.0f} s)\n  {_axes(self.cell)}")
         self.live.update(text)
+
+
+def print_outcomes(outcomes, console: Console, err_console: Console) -> None:
+    """The end of `suite run`: each run folder's cell table and path, how to resume an interrupted one, and for
+    an A/B the compare command."""
+    from suite.results.show import cells_table
+
+    for o in outcomes:
+        console.print(cells_table(o.results, f"{o.run_dir.parent.name}: {len(o.results)} cell results"))
+        console.print(f"results: {o.run_dir}", highlight=False, markup=False, soft_wrap=True)
+        if o.interrupted_by:
+            err_console.print(f"interrupted by {o.interrupted_by}: finished cells are kept; continue with "
+                              f"`suite run {o.run_dir} --resume`", highlight=False, markup=False, soft_wrap=True)
+    if len(outcomes) > 1:
+        console.print("A/B: suite compare " + " ".join(str(o.run_dir) for o in outcomes[:2]), highlight=False,
+                      markup=False, soft_wrap=True)

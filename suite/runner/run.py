@@ -219,20 +219,25 @@ def run_scenario(file: Path | None, opts: RunOptions, console) -> RunOutcome:
 
 
 def run_ab(file: Path, opts: RunOptions, images: list[str], console) -> list[RunOutcome]:
-    """The same scenario in each image, one run folder per image, launches alternated cell by cell: round r
-    runs (cell, r) in every image before the next cell, the images' order rotating with r (A B, then B A),
-    so a slow spell of the machine hits every image alike.  Then `suite compare RUN_A RUN_B`."""
+    """The same scenario in each image, one run folder per image, launches alternated cell by cell: every
+    (cell, repeat) runs in every image before the next, the images' order rotating from one to the next (A B,
+    then B A), so a slow spell of the machine hits every image alike.  Then `suite compare RUN_A RUN_B`."""
     if opts.resume:
         raise RunError("--resume takes one run folder: resume each image's run folder on its own")
     if len(set(images)) != len(images):
         raise RunError(f"--image given twice with the same image: {', '.join(images)}")
-    return run_sessions([open_run(file, replace(opts, image=img), console) for img in images], opts, console)
+    sessions = [open_run(file, replace(opts, image=img), console) for img in images]
+    for s in sessions[1:]:  # the same cells in every image: trace each shape's memory once
+        s.traces = sessions[0].traces
+    return run_sessions(sessions, opts, console)
 
 
 def _steps(sessions: list[Session]) -> list[tuple[Session, Cell, int]]:
-    """Every session's plan, alternated (one session: its plan)."""
+    """Every session's plan, alternated launch by launch; the sessions' order rotates with each plan position
+    (A B, B A, A B, ...), so every image runs first as often as second (one session: its plan)."""
     n = len(sessions)
-    return [(sessions[(i + repeat) % n], cell, repeat) for cell, repeat in sessions[0].plan for i in range(n)]
+    return [(sessions[(i + k) % n], cell, repeat) for k, (cell, repeat) in enumerate(sessions[0].plan)
+            for i in range(n)]
 
 
 def run_sessions(sessions: list[Session], opts: RunOptions, console) -> list[RunOutcome]:

@@ -25,18 +25,24 @@ class InjectedFault(RuntimeError):
     """Raised by a `raise` fault (an ordinary failure as far as the worker's status goes)."""
 
 
+def _is_slow(entry: str) -> bool:
+    return entry.rpartition(":")[2].partition("=")[0].strip() == "slow"
+
+
 def parse_slow(spec: str, cell_id: str) -> float:
     """The slowdown factor planted for `cell_id` (1.0 when none); ValueError naming a malformed entry."""
     factor = 1.0
     for entry in filter(None, (e.strip() for e in spec.split(","))):
-        cid, _, rest = entry.rpartition(":")
-        if not rest.startswith("slow"):
+        if not _is_slow(entry):
             continue
+        cid, _, rest = entry.rpartition(":")
         try:
-            value = float(rest.split("=", 1)[1])
-        except (IndexError, ValueError):
+            value = float(rest.partition("=")[2])
+        except ValueError:
+            value = None
+        if not cid or value is None:
             raise ValueError(f"{ENV} entry {entry!r} is malformed; expected <cell_id>:slow=<factor>, e.g. "
-                             "abc123:slow=1.15") from None
+                             "abc123:slow=1.15")
         if not 1.0 <= value <= 100.0:
             raise ValueError(f"{ENV} entry {entry!r}: slow factor {value} must be between 1 and 100")
         if cid == cell_id:
@@ -49,7 +55,7 @@ def parse(spec: str, cell_id: str) -> dict[int, str]:
     malformed entry."""
     faults: dict[int, str] = {}
     for entry in filter(None, (e.strip() for e in spec.split(","))):
-        if entry.rpartition(":")[2].startswith("slow"):
+        if _is_slow(entry):
             continue
         try:
             cid, rest = entry.rsplit(":", 1)

@@ -105,11 +105,15 @@ def test_a_history_of_stored_runs_is_the_noise_model(cli, tmp_path, cells):
 
 
 def test_two_stored_runs_are_no_history_the_latest_is_used(tmp_path, cells):
-    write_run(tmp_path / "two", make_manifest(run_no=1), [make_result(c, step_time_s=0.2, gates=PASS) for c in cells])
+    # the older run was twice as fast: had it been used, every timing check would be a regression
+    write_run(tmp_path / "two", make_manifest(run_no=1), [make_result(c, step_time_s=0.05, gates=PASS) for c in cells])
     write_run(tmp_path / "two", make_manifest(run_no=2), [make_result(c, seed=3, gates=PASS) for c in cells])
     cur = store(tmp_path, "cur", [make_result(c, seed=4, gates=PASS) for c in cells])
     res = compare(load_runs([tmp_path / "two"]), load_runs([cur]))
-    assert res.regressions == [] and all("no noise estimate" in f.noise for f in res.findings if f.noise)
+    assert res.regressions == [] and res.improvements == []
+    assert all("no noise estimate" in f.noise for f in res.findings if f.noise)
+    step = next(f for f in res.findings if f.metric == "step_time")
+    assert abs(float(step.baseline.split()[0]) - 100) < 2
 
 
 def test_improvement_is_reported_and_passes(cli, tmp_path, cells):

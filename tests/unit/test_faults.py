@@ -15,10 +15,16 @@ def test_slow_entries_combine_with_step_faults():
     assert parse_slow(spec, "a") == 1.15 and parse_slow(spec, "b") == 1.3 and parse_slow(spec, "c") == 1.0
 
 
-@pytest.mark.parametrize("entry", ["a:slow=x", "a:slow", "a:slow=0.5", "a:slow=1e9"])
+@pytest.mark.parametrize("entry", ["a:slow=x", "a:slow", "a:slow=0.5", "a:slow=1e9", "slow=1.3"])
 def test_bad_slow_entries_are_errors_naming_the_entry(entry):
     with pytest.raises(ValueError, match="slow"):
         parse_slow(entry, "a")
+
+
+def test_a_kind_that_only_starts_with_slow_is_not_a_slowdown():
+    with pytest.raises(ValueError, match="malformed"):  # a step fault without @step: an error, not a slowdown
+        parse("a:slowdown=2", "a")
+    assert parse_slow("a:slowdown=2", "a") == 1.0
 
 
 def test_stretch_lengthens_the_timed_region_by_the_factor():

@@ -53,7 +53,7 @@ def test_history_band_and_verdicts():
     lo, hi = inside.band
     assert lo < 0.097 and hi > 0.103
     logs = sorted(math.log(v[0]) for v in nights)
-    mad = sorted(abs(x - logs[2]) for x in logs)[2] * 1.4826
+    mad = sorted(abs(x - logs[2]) for x in logs)[2] * 1.4826 * 1.206  # 1.206: the small-sample factor at n=5
     reach = t_ppf(0.95, 4) * mad * math.sqrt(1 + math.pi / 10)
     assert hi == pytest.approx(0.100 * math.exp(reach)) and slow.detectable == pytest.approx(
         math.expm1(math.log(1.05) + reach))
@@ -67,8 +67,17 @@ def test_one_broken_night_does_not_blind_the_history():
 
 
 def test_repeats_of_history_runs_are_averaged_per_run():
-    nights = [[0.1, 0.1, 0.1], [0.2], [0.1], [0.1]]  # a run's repeats are one night's evidence
-    assert judge(nights, [0.1], 0.05, 0.05).n_baseline == 4
+    nights = [[0.1, 0.11, 0.1], [0.2], [0.1], [0.105], [0.1]]  # a run's repeats are one night's evidence
+    j = judge(nights, [0.1], 0.05, 0.05)
+    assert j.n_baseline == 5 and "their repeats: 1/3, current: 1" in j.noise_text
+    assert judge(nights[:4], [0.1], 0.05, 0.05).method == "threshold"  # 4 runs are no history: the latest run
+
+
+def test_a_spread_of_exactly_zero_is_no_noise_estimate():
+    j = judge([[0.1, 0.1, 0.1]], [0.106, 0.106, 0.106], 0.05, 0.05)
+    assert j.method == "threshold" and j.verdict == "worse" and j.p_value is None
+    assert "spread of exactly 0" in j.noise_text
+    assert judge([[0.1]] * 5, [0.104], 0.05, 0.05).method == "threshold"
 
 
 def test_without_noise_estimate_only_the_threshold_counts():

@@ -51,7 +51,9 @@ def test_t_survival_in_closed_form():
 
 
 def test_mad_sigma_is_robust():
-    assert mad_sigma([1.0, 2.0, 3.0, 4.0, 100.0]) == pytest.approx(1.4826)  # the wild value barely counts
+    # the wild value barely counts; 1.206: the small-sample factor at n = 5
+    assert mad_sigma([1.0, 2.0, 3.0, 4.0, 100.0]) == pytest.approx(1.206 * 1.4826)
+    assert mad_sigma([float(v) for v in range(1, 101)]) == pytest.approx(100 / 99.2 * 1.4826 * 25, rel=1e-9)
     assert mad_sigma([5.0, 5.0, 5.0]) == 0.0
 
 

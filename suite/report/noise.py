@@ -11,10 +11,11 @@ Three ways to judge, by what the two sides hold (`judge`):
 * history — the baseline holds the cell in >= HISTORY_MIN stored runs (e.g. the last nights).  The noise
   model is that history: centre = the median of the runs' log values, spread s = the robust sd
   (stats.mad_sigma, small-sample corrected) of them, so one broken night neither moves the centre nor widens
-  the band much.  The history's runs and the current run should have as many repeats (a run's value is the
-  mean over its repeats; the verdict says so when they differ).  A new
-  run's log value, if nothing changed, falls within t(1-alpha, n-1) x s x sqrt(1 + pi/(2n)) of the centre
-  (a prediction interval: the new night's own spread plus the uncertainty of a median of n).
+  the band much.  A new run's log value, if nothing changed, falls within t(1-alpha, (n-1)/2) x s x
+  sqrt(1 + pi/(2n)) of the centre (a prediction interval: the new night's own spread plus the uncertainty of
+  a median of n; (n-1)/2 degrees of freedom because a MAD is about half as informative as an sd).  The
+  history's runs and the current run should have as many repeats (a run's value is the mean over its
+  repeats; the verdict says so when they differ).
 * repeats — no history, but >= REPEATS_MIN repeats on each side: a two-sample Student t test on the
   repeats' log values with the pooled spread (the same cell on the same machine: the spread is the cell's),
   n_b + n_c - 2 degrees of freedom.  Not Mann-Whitney on the repeat medians: with 3 against 3 its smallest
@@ -103,7 +104,10 @@ def judge(baseline: Sequence[Sequence[float]], current: Sequence[float], thresho
         nights = [_mean(_logs(r)) for r in runs]
         n = len(nights)
         centre, spread = stats.median(nights), stats.mad_sigma(nights)
-        se, df, method, nb = spread * math.sqrt(1 + math.pi / (2 * n)), n - 1, "history", n
+        # df (n - 1) / 2: a MAD carries about half the information of a standard deviation of as many values;
+        # with n - 1 a change exactly at the threshold was flagged 7.7% of the time at alpha = 5% (n = 5), with
+        # (n - 1) / 2 4.7-5.1% for n = 5..20 (simulated; tests/unit/test_noise.py checks it)
+        se, df, method, nb = spread * math.sqrt(1 + math.pi / (2 * n)), (n - 1) / 2, "history", n
         counts = sorted({len(r) for r in runs})
         if counts != [len(yc)]:
             note = f"; their repeats: {'/'.join(map(str, counts))}, current: {len(yc)}"

@@ -16,10 +16,12 @@ Three ways to judge, by what the two sides hold (`judge`):
   a median of n; (n-1)/2 degrees of freedom because a MAD is about half as informative as an sd).  The
   history's runs and the current run should have as many repeats (a run's value is the mean over its
   repeats; the verdict says so when they differ).
-* repeats — no history, but >= REPEATS_MIN repeats on each side: a two-sample Student t test on the
-  repeats' log values with the pooled spread (the same cell on the same machine: the spread is the cell's),
-  n_b + n_c - 2 degrees of freedom.  Not Mann-Whitney on the repeat medians: with 3 against 3 its smallest
-  possible one-sided p is 1/20 = 0.05, so at alpha = 0.05 it could never fire.
+* repeats — no history, but >= REPEATS_MIN repeats on each side: Yuen's two-sample test on the repeats' log
+  values: 20%-trimmed means, winsorized variances, Welch's degrees of freedom (Yuen 1974).  Launches of a
+  cell come in modes (on the 2-core development machine a launch is now and then 25-30% faster throughout),
+  so with 5 repeats the extreme one on each side is trimmed; with 3 or 4 nothing is, and it is Welch's t test
+  (unequal spreads: one side may have caught a fast launch).  Not Mann-Whitney on the repeat medians: with 3
+  against 3 its smallest possible one-sided p is 1/20 = 0.05, so at alpha = 0.05 it could never fire.
 * threshold — fewer repeats and no history, or a spread of exactly 0 (identical values: a degenerate
   estimate, not a measurement of no noise): the change is compared with the threshold alone and says "no
   noise estimate"; it is never called significant.
@@ -52,7 +54,7 @@ REPEATS_MIN = 3   # repeats a side for a two-sample test (the spread of 2 values
 class Judgement:
     verdict: str                 # worse | better | same
     method: str                  # history | repeats | threshold
-    baseline: float              # the values compared (geometric means; the history's median), in units
+    baseline: float              # the values compared (geometric (trimmed) means; a history's median), in units
     current: float
     change: float                # current / baseline - 1
     detectable: float            # smallest change flagged, as a fraction in the worse direction
@@ -87,6 +89,20 @@ def _logs(values: Sequence[float]) -> list[float]:
     return [math.log(v) for v in values]
 
 
+def _trimmed(ys: Sequence[float]) -> tuple[float, float, int]:
+    """Yuen's 20%-trimmed mean, the winsorized variance and the number of values kept: (mean, s_w^2, h).  With
+    3 or 4 values nothing is trimmed (then Yuen's test is Welch's t test)."""
+    n = len(ys)
+    g = int(0.2 * n)
+    data = sorted(ys)
+    kept = data[g:n - g]
+    h = len(kept)
+    wins = [kept[0]] * g + kept + [kept[-1]] * g
+    mw = _mean(wins)
+    s2 = sum((y - mw) ** 2 for y in wins) / (n - 1)
+    return _mean(kept), s2, h
+
+
 def judge(baseline: Sequence[Sequence[float]], current: Sequence[float], threshold: float, alpha: float,
           higher_is_worse: bool = True) -> Judgement:
     """The verdict on one metric of one cell.
@@ -97,6 +113,7 @@ def judge(baseline: Sequence[Sequence[float]], current: Sequence[float], thresho
     if not runs or not current:
         raise ValueError(f"judge needs values on both sides (baseline runs {len(runs)}, current {len(current)})")
     yc = _logs(current)
+    loc = _mean(yc)  # the current side's location (repeats: its trimmed mean)
     sign = 1.0 if higher_is_worse else -1.0
     margin = math.log1p(threshold)
     band, note = None, ""
@@ -115,16 +132,17 @@ def judge(baseline: Sequence[Sequence[float]], current: Sequence[float], thresho
         yb = _logs(runs[-1])
         centre, nb = _mean(yb), len(yb)
         if nb >= REPEATS_MIN and len(yc) >= REPEATS_MIN:
-            ss = sum((y - centre) ** 2 for y in yb) + sum((y - _mean(yc)) ** 2 for y in yc)
-            df = nb + len(yc) - 2
-            spread = math.sqrt(ss / df)
-            se, method = spread * math.sqrt(1 / nb + 1 / len(yc)), "repeats"
+            (centre, wb, hb), (loc, wc, hc) = _trimmed(yb), _trimmed(yc)
+            vb, vc = (nb - 1) * wb / (hb * (hb - 1)), (len(yc) - 1) * wc / (hc * (hc - 1))  # Yuen's squared se
+            se = math.sqrt(vb + vc)
+            df = (vb + vc) ** 2 / (vb ** 2 / (hb - 1) + vc ** 2 / (hc - 1)) if se > 0 else 0  # Welch's
+            spread, method = math.sqrt((wb + wc) / 2), "repeats"
         else:
             spread, se, df, method = None, 0.0, 0, "threshold"
     if spread == 0:  # identical values: nothing was learnt about the noise
         note = f"{'history' if method == 'history' else 'repeats'} with a spread of exactly 0"
         spread, se, df, method = None, 0.0, 0, "threshold"
-    d = _mean(yc) - centre
+    d = loc - centre
     worse = sign * d
     reach = stats.t_ppf(1 - alpha, df) * se if se > 0 else 0.0
     boundary = margin + reach
@@ -133,5 +151,5 @@ def judge(baseline: Sequence[Sequence[float]], current: Sequence[float], thresho
     if method == "history":
         band = (math.exp(centre - reach), math.exp(centre + reach))
     detectable = math.expm1(boundary) if higher_is_worse else -math.expm1(-boundary)
-    return Judgement(verdict, method, math.exp(centre), math.exp(_mean(yc)), math.expm1(d), detectable,
+    return Judgement(verdict, method, math.exp(centre), math.exp(loc), math.expm1(d), detectable,
                      None if spread is None else math.expm1(spread), p, nb, len(yc), band, note)

@@ -15,17 +15,28 @@ T95_4 = 2.131847  # t(0.95, df=4): 3 + 3 repeats
 
 
 def test_repeats_boundary_is_threshold_plus_t_times_se():
+    # 3 a side: nothing trimmed, so Yuen's test is Welch's t test on the logs
     base, cur = [0.100, 0.102, 0.098], [0.130, 0.128, 0.133]
     j = judge([base], cur, threshold=0.05, alpha=0.05)
     lb, lc = [math.log(v) for v in base], [math.log(v) for v in cur]
     mb, mc = sum(lb) / 3, sum(lc) / 3
-    s = math.sqrt((sum((x - mb) ** 2 for x in lb) + sum((x - mc) ** 2 for x in lc)) / 4)
-    boundary = math.log(1.05) + T95_4 * s * math.sqrt(2 / 3)
-    assert j.method == "repeats" and j.verdict == "worse"
+    vb, vc = (sum((x - mb) ** 2 for x in lb) / 2 / 3, sum((x - mc) ** 2 for x in lc) / 2 / 3)
+    df = (vb + vc) ** 2 / (vb ** 2 / 2 + vc ** 2 / 2)
+    boundary = math.log(1.05) + t_ppf(0.95, df) * math.sqrt(vb + vc)
+    assert j.method == "repeats" and j.verdict == "worse" and 2 <= df <= 4
     assert j.change == pytest.approx(math.exp(mc - mb) - 1)
     assert j.detectable == pytest.approx(math.expm1(boundary))
-    assert j.noise == pytest.approx(math.expm1(s)) and "run-to-run sd" in j.noise_text and "3+3" in j.noise_text
+    assert j.noise == pytest.approx(math.expm1(math.sqrt(3 * (vb + vc) / 2)))
+    assert "run-to-run sd" in j.noise_text and "3+3" in j.noise_text
     assert j.p_value < 0.05 and (j.n_baseline, j.n_current) == (3, 3)
+
+
+def test_five_repeats_trim_the_extreme_launch():
+    # one fast launch in the baseline (a mode of the machine, not the code): trimmed, it moves nothing
+    base, cur = [0.100, 0.101, 0.099, 0.102, 0.070], [0.101, 0.100, 0.102, 0.099, 0.100]
+    j = judge([base], cur, 0.05, 0.05)
+    assert j.verdict == "same" and abs(j.change) < 0.01
+    assert j.baseline == pytest.approx(math.exp(sum(math.log(v) for v in (0.100, 0.101, 0.099)) / 3))
 
 
 def test_three_against_three_can_fire_at_alpha_005():

@@ -55,8 +55,9 @@ def test_planted_slowdowns_are_caught_as_compare_caught_them(campaign, k):
             hits[s] += hit
     summary = campaign["summary"]["pairs"][str(k)]
     assert hits == summary["flagged"]
-    assert hits["ddp"] == 0  # the cell without a planted slowdown
-    assert hits["zero1"] >= (9 if k == 5 else 0)  # x1.3; see the closing note for repeats: 3
+    assert hits["zero3"] == 0  # x1.05 is at the threshold: never past it with confidence
+    if k == 5:  # x1.3 in 9 of 10 pairs, the untouched cell never; with 3 repeats 8/10 and 1/10 (docs/compare.md)
+        assert hits["zero1"] >= 9 and hits["ddp"] == 0
 
 
 def test_a_history_keeps_identical_runs_clean_and_catches_x13(campaign):
@@ -66,4 +67,7 @@ def test_a_history_keeps_identical_runs_clean_and_catches_x13(campaign):
     slow = [flagged(history, run, 1) for run in campaign["slow"]]
     summary = campaign["summary"]["history"]
     assert sum(any(h.values()) for h in clean) == summary["clean_tries_with_alarm"] <= len(clean) // 10
-    assert {s: sum(h[s] for h in slow) for s in slow[0]} == summary["slow_flagged"]
+    hits = {s: sum(h[s] for h in slow) for s in slow[0]}
+    assert hits == summary["slow_flagged"]
+    # 1-repeat nights of ~10% noise: x1.3 sits at the stated detectable change (~32%), so about half are flagged
+    assert 3 <= hits["zero1"] <= 7 and hits["ddp"] == 0

@@ -80,29 +80,23 @@ def print_terminal(c: Comparison, console) -> None:
     from rich.table import Table
 
     style = {"regression": "bold red", "improvement": "green", "inconclusive": "yellow"}
-    if c.env:
-        t = Table(title="environments differ", title_style="bold yellow")
-        for h in ("field", "baseline", "current"):
-            t.add_column(h, overflow="fold")
-        for d in c.env:
-            t.add_row(escape(d.field), escape(d.baseline), escape(d.current))
-        console.print(t)
+
+    def show(title: str, header: list[str], lines: list[list[str]], styles: list[str | None], **kw) -> None:
+        if lines:
+            t = Table(title=title, **kw)
+            for h in header:
+                t.add_column(h, overflow="fold")
+            for line, st in zip(lines, styles):
+                t.add_row(*(escape(v) for v in line), style=st)
+            console.print(t)
+
+    show("environments differ", ["field", "baseline", "current"], [[d.field, d.baseline, d.current] for d in c.env],
+         [None] * len(c.env), title_style="bold yellow")
     rows = notable(c)
-    if rows:
-        t = Table(title="suite compare")
-        for h in HEADER:
-            t.add_column(h, overflow="fold")
-        for f in rows:
-            t.add_row(*(escape(v) for v in _line(f)), style=style.get(f.verdict))
-        console.print(t)
+    show("suite compare", HEADER, [_line(f) for f in rows], [style.get(f.verdict) for f in rows])
     timing = noise_rows(c)
-    if timing:
-        t = Table(title="timing: noise and the smallest detectable change")
-        for h in NOISE_HEADER:
-            t.add_column(h, overflow="fold")
-        for line in timing:
-            t.add_row(*(escape(v) for v in line), style=style.get(line[3]))
-        console.print(t)
+    show("timing: noise and the smallest detectable change", NOISE_HEADER, timing,
+         [style.get(line[3]) for line in timing])
     for title, cells in (("only in baseline", c.only_baseline), ("only in current", c.only_current)):
         for cid, desc in cells:
             console.print(f"[yellow]{title}:[/yellow] {escape(cid)} {escape(desc)}", highlight=False)

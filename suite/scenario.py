@@ -245,9 +245,8 @@ class Scenario(_Strict):
     warmup_steps: int = Field(
         5, ge=0, validate_default=True, description="First steps excluded from timing (still in the loss curve)."
     )
-    repeats: Annotated[int, Field(gt=0, le=10_000)] = Field(
-        1, description="Launches of each cell, in interleaved rounds (A0 B0 A1 B1 ...); 3+ let compare judge timing "
-        "against the spread between runs.")
+    repeats: Annotated[int, Field(gt=0, le=10_000)] = Field(1, description="Launches of each cell, in interleaved "
+                                                           "rounds (A0 B0 A1 B1 ...): compare's unit of evidence.")
     seed: int = Field(
         0, ge=0, le=2**63 - 1, description="Seed for weights and data; identical on every rank and strategy.")
     optimizer: Optimizer = Field(default_factory=Optimizer, description="Optimizer settings.")

@@ -153,7 +153,7 @@ def compare(baseline: list[Run], current: list[Run], thresholds: dict[str, float
         raise CompareUsageError(f"--history {history} must be at least 1")
     thr = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
     b = select(baseline, history)
-    c = {cid: Side(side.run, side.results) for cid, side in select(current).items()}  # the latest run only
+    c = select(current, history=1)  # the current side is its latest run only
     axes = varying(list(b.values()) + list(c.values()))
     desc = {cid: describe(side.results[0], axes) for side_map in (b, c) for cid, side in side_map.items()}
     common = sorted(set(b) & set(c), key=lambda cid: (desc[cid], cid))

@@ -33,20 +33,21 @@ def notable(c: Comparison) -> list[Finding]:
 NOISE_HEADER = ["cell", "axes", "metric", "verdict", "change", "detectable", "judged against"]
 
 
+def _pct(v: float | None, spec: str = ".1%") -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def noise_rows(c: Comparison) -> list[list[str]]:
     """Every timing verdict, unchanged ones too: how much the cell moved, the smallest change the comparison
     could have flagged, and the noise it was judged against (what a nightly reader needs to trust a green)."""
     rows = [f for f in c.findings if f.noise]
-    return [[f.cell_id, f.cell, f.metric, f.verdict, "-" if f.change is None else f"{f.change:+.1%}",
-             "-" if f.detectable is None else f"{f.detectable:.1%}", f.noise]
+    return [[f.cell_id, f.cell, f.metric, f.verdict, _pct(f.change, "+.1%"), _pct(f.detectable), f.noise]
             for f in sorted(rows, key=lambda f: (f.cell, f.metric))]
 
 
 def _line(f: Finding) -> list[str]:
     return [f.cell_id, f.cell, f.metric, f.verdict, f.baseline, f.current,
-            "-" if f.change is None else f"{f.change:+.1%}",
-            "-" if f.detectable is None else f"{f.detectable:.1%}", "-" if f.p_value is None else f"{f.p_value:.3g}",
-            f.noise or "-", f.detail]
+            _pct(f.change, "+.1%"), _pct(f.detectable), _pct(f.p_value, ".3g"), f.noise or "-", f.detail]
 
 
 def thresholds_line(c: Comparison) -> str:

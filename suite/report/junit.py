@@ -32,9 +32,9 @@ def to_junit(c: Comparison) -> str:
         text = f"baseline {f.baseline}, current {f.current}" + (f"; {f.detail}" if f.detail else "")
         if f.noise:  # timing checks: what the change was judged against, and what it could have detected
             text += f"; judged against {f.noise}; detectable change {f.detectable:.1%}"
-            ET.SubElement(case, "properties")
+            props = ET.SubElement(case, "properties")
             for key, value in (("noise", f.noise), ("detectable", f"{f.detectable:.4f}")):
-                ET.SubElement(case.find("properties"), "property", name=key, value=value)
+                ET.SubElement(props, "property", name=key, value=value)
         if f.verdict == "regression":
             failures += 1
             ET.SubElement(case, "failure", message=f"{f.metric} regression: {f.detail}" + (

@@ -1,4 +1,4 @@
-"""`suite run`: every cell of a scenario, one after another, into one append-only run folder.
+"""`suite run`: every cell of a scenario, one after another, into one append-only run folder (two for an A/B).
 
     scenario -> cells -> (cell, repeat) in interleaved rounds A0 B0 A1 B1 ... (references of a match gate first
     in each round; --shuffle SEED shuffles each round) -> per cell and repeat:
@@ -232,17 +232,17 @@ def run_ab(file: Path, opts: RunOptions, images: list[str], console) -> list[Run
     return run_sessions(sessions, opts, console)
 
 
-def _steps(sessions: list[Session]) -> list[tuple[Session, Cell, int]]:
-    """Every session's plan, alternated launch by launch; the sessions' order rotates with each plan position
-    (A B, B A, A B, ...), so every image runs first as often as second (one session: its plan)."""
+def _steps(sessions: list[Session]) -> list[tuple[int, Cell, int]]:
+    """(session index, cell, repeat): every session's plan, alternated launch by launch; the sessions' order
+    rotates with each plan position (A B, B A, A B, ...), so every image runs first as often as second (one
+    session: its plan)."""
     n = len(sessions)
-    return [(sessions[(i + k) % n], cell, repeat) for k, (cell, repeat) in enumerate(sessions[0].plan)
-            for i in range(n)]
+    return [((i + k) % n, cell, repeat) for k, (cell, repeat) in enumerate(sessions[0].plan) for i in range(n)]
 
 
 def run_sessions(sessions: list[Session], opts: RunOptions, console) -> list[RunOutcome]:
     """The one loop over launches (with its Ctrl-C / SIGTERM handlers) for one run folder or several."""
-    dones = {id(s): {(x.cell_id, x.repeat): x for x in s.previous if x.status in FINAL_STATUSES} for s in sessions}
+    dones = [{(x.cell_id, x.repeat): x for x in s.previous if x.status in FINAL_STATUSES} for s in sessions]
     progress = RunProgress(sum(len(s.plan) for s in sessions), console, opts.live)
     for s in sessions:
         progress.note(f"run folder: {s.run_dir}" + (f" (image {s.image})" if len(sessions) > 1 else ""))
@@ -258,8 +258,8 @@ def run_sessions(sessions: list[Session], opts: RunOptions, console) -> list[Run
     if threading.current_thread() is threading.main_thread():
         handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for s, cell, repeat in _steps(sessions):
-            done = dones[id(s)]
+        for k, cell, repeat in _steps(sessions):
+            s, done = sessions[k], dones[k]
             if stop.is_set():
                 break
             if (cell.id, repeat) in done:
@@ -276,4 +276,4 @@ def run_sessions(sessions: list[Session], opts: RunOptions, console) -> list[Run
         progress.close()
         for sig, h in handlers.items():
             signal.signal(sig, h)
-    return [finish(s, dones[id(s)], received) for s in sessions]
+    return [finish(s, done, received) for s, done in zip(sessions, dones)]

@@ -25,6 +25,10 @@ class InjectedFault(RuntimeError):
     """Raised by a `raise` fault (an ordinary failure as far as the worker's status goes)."""
 
 
+def _entries(spec: str) -> list[str]:
+    return [e for e in (e.strip() for e in spec.split(",")) if e]
+
+
 def _is_slow(entry: str) -> bool:
     return entry.rpartition(":")[2].partition("=")[0].strip() == "slow"
 
@@ -32,7 +36,7 @@ def _is_slow(entry: str) -> bool:
 def parse_slow(spec: str, cell_id: str) -> float:
     """The slowdown factor planted for `cell_id` (1.0 when none); ValueError naming a malformed entry."""
     factor = 1.0
-    for entry in filter(None, (e.strip() for e in spec.split(","))):
+    for entry in _entries(spec):
         if not _is_slow(entry):
             continue
         cid, _, rest = entry.rpartition(":")
@@ -54,7 +58,7 @@ def parse(spec: str, cell_id: str) -> dict[int, str]:
     """{step: kind} of the step faults for `cell_id` (slow entries are parse_slow's); ValueError naming a
     malformed entry."""
     faults: dict[int, str] = {}
-    for entry in filter(None, (e.strip() for e in spec.split(","))):
+    for entry in _entries(spec):
         if _is_slow(entry):
             continue
         try:

@@ -14,12 +14,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reproducible
 
 
 def _error(exc: BaseException | str) -> None:
-    """One `error: ...` line on stderr; the text is the user's or the OS's, so never read as rich markup."""
-    from rich.markup import escape
+    from suite.console import print_error
 
-    from suite.console import err_console
-
-    err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    print_error(exc)
 
 
 def _load(path: Path):
@@ -202,42 +199,9 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
     raise typer.Exit(max(o.exit_code for o in outcomes))
 
 
-results_app = typer.Typer(no_args_is_help=True, help="Stored results: list run folders, show a run or a cell.")
+from suite.cli_results import results_app  # noqa: E402  (the `suite results ...` commands)
+
 app.add_typer(results_app, name="results")
-
-
-@results_app.command("ls")
-def results_ls(root: Path = typer.Argument(Path("results"), help="Results root.")) -> None:
-    """List run folders: scenario, time, commit, counts per status (unreadable ones too, with why)."""
-    from rich.markup import escape
-
-    from suite.console import EXIT_INPUT, console, err_console
-    from suite.results.show import runs_table
-
-    if root.exists() and not root.is_dir():  # listing nothing would hide the mistake
-        err_console.print(f"[red]error:[/red] {escape(str(root))}: not a folder; give the results root (the "
-                          "folder `suite run --results` wrote to)", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_INPUT)
-    console.print(runs_table(root))
-
-
-@results_app.command("show")
-def results_show(target: str = typer.Argument(..., help="Run folder, run name, cell JSON file or cell id."),
-                 root: Path = typer.Option(Path("results"), "--results", help="Results root to search.")) -> None:
-    """Show one run's cells as a table, or one cell result in detail."""
-    from suite.console import console
-    from suite.results import reader
-    from suite.results.show import cell_detail, cells_table, find
-
-    try:
-        kind, found = find(target, root)
-        if kind == "run":
-            console.print(cells_table(reader.read_cell_results(found), str(found)))
-        else:
-            console.print(cell_detail(found))
-    except reader.StoreError as exc:
-        _error(exc)
-        raise typer.Exit(2)
 
 
 @app.command()

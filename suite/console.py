@@ -71,3 +71,10 @@ def table(title: str, columns: list[str], rows: Iterable[list[Any]]) -> Table:
     for r in rows:
         add_row(t, r)
     return t
+
+
+def print_error(exc: BaseException | str) -> None:
+    """One `error: ...` line on stderr; the text is the user's or the OS's, so never read as rich markup."""
+    from rich.markup import escape
+
+    err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)

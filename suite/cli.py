@@ -236,6 +236,21 @@ def compare(baseline: Path = typer.Argument(..., help="Baseline results (run fol
     raise typer.Exit(run_compare(baseline, current, threshold, alpha, strict, fmt, out, ignore_env, history))
 
 
+@app.command(epilog="Exit codes: 0 published; 2 bad input (no runs, a damaged run folder, site or archive); 3 the "
+             "site could not be written.  Regressions do not fail publishing: `suite compare` is the gate.")
+def publish(results: List[Path] = typer.Argument(..., help="Run folders, scenario folders, results trees or "
+                                                 "`suite results pack` archives."),
+            out: Path = typer.Option(..., "--out", help="Site folder: created, or an earlier site to add runs to."),
+            history: int = typer.Option(10, "--history", help="Each run is judged against at most the N runs "
+                                        "of its machine before it (5+ are a noise model)."),
+            base_url: Optional[str] = typer.Option(None, "--base-url", help="Where the site will be served "
+                                                   "(absolute links in summary.md, e.g. for a CI job summary).")) -> None:
+    """Build or update a static results site: index, a page per scenario, cell (trends) and run (manifest)."""
+    from suite.publish.command import run as run_publish
+
+    raise typer.Exit(run_publish(results, out, history, base_url))
+
+
 @app.command()
 def export(results: List[Path] = typer.Argument(..., help="Run folders, scenario folders or results trees."),
            fmt: str = typer.Option("pytest-benchmark", "--format", help="pytest-benchmark."),

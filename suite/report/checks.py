@@ -70,6 +70,8 @@ class Verdict:
     detail: str = ""
     noise: str = ""               # what the change was judged against (timing checks)
     detectable: float | None = None  # the smallest change (fraction, worse direction) the check could flag
+    band: tuple[float, float] | None = None  # with a history: where an unchanged run falls (the metric's units)
+    method: str = ""  # timing: what it was judged against (noise.judge's history | repeats | threshold)
 
 
 def fmt(v: float | None, spec: str, unit: str = "") -> str:
@@ -146,7 +148,7 @@ class _TimingCheck(Check):
                            detail="no measured value on one side")
         j = judge(runs, cur, self.threshold, self.alpha, self.higher_is_worse)
         v = Verdict("unchanged", self.show(j.baseline), self.show(j.current), j.change, j.p_value,
-                    noise=j.noise_text, detectable=j.detectable)
+                    noise=j.noise_text, detectable=j.detectable, band=j.band, method=j.method)
         moved = f"{abs(j.change):.1%} {self.words[0] if (j.change > 0) == self.higher_is_worse else self.words[1]}"
         flags = f"flags > {j.detectable:.1%}"
         if j.band:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from suite.report.axes import AXES, AXIS_HEADERS, varying_axes
 from suite.report.checks import DEFAULT_THRESHOLDS, METRICS, RAN, Check, Side, Verdict, make_checks
 from suite.results.reader import Run
-from suite.results.schema import CellResult
+from suite.results.schema import CellResult, Manifest
 
 
 class CompareUsageError(Exception):
@@ -49,6 +49,8 @@ class Finding:
     detail: str = ""
     noise: str = ""                # what a timing change was judged against
     detectable: float | None = None  # the smallest change (fraction, worse direction) the check could flag
+    band: tuple[float, float] | None = None  # timing, with a history: where an unchanged run falls
+    method: str = ""  # timing: history | repeats | threshold (a threshold-only verdict had no noise estimate)
 
 
 @dataclass
@@ -104,7 +106,7 @@ def varying(sides: list[Side]) -> tuple[str, ...]:
 
 def _finding(cid: str, desc: str, check: Check, v: Verdict) -> Finding:
     return Finding(cid, desc, check.name, v.verdict, v.baseline, v.current, v.change, v.p_value, v.detail,
-                   v.noise, v.detectable)
+                   v.noise, v.detectable, v.band, v.method)
 
 
 def _compare_cell(cid: str, desc: str, b: Side, c: Side, checks: list[Check]) -> list[Finding]:
@@ -121,10 +123,14 @@ def _compare_cell(cid: str, desc: str, b: Side, c: Side, checks: list[Check]) ->
 ENV_FIELDS = ("device_model", "device_count", "world_size", "precision", "torch", "cuda", "nccl", "image_digest")
 
 
+def device_kind(m: Manifest) -> str:
+    """What a run's numbers were measured on: its device models, or the CPU's model when it used no GPU."""
+    return ", ".join(sorted(set(m.devices))) if m.devices else f"cpu: {m.cpu_model}"
+
+
 def _env_values(run: Run) -> dict[str, str]:
     m = run.manifest
-    device = ", ".join(sorted(set(m.devices))) if m.devices else f"cpu: {m.cpu_model}"
-    return {"device_model": device, "device_count": str(m.device_count), "torch": str(m.torch),
+    return {"device_model": device_kind(m), "device_count": str(m.device_count), "torch": str(m.torch),
             "cuda": str(m.cuda), "nccl": str(m.nccl), "image_digest": str(m.container_image_digest)}
 
 

@@ -1,0 +1,189 @@
+"""`suite publish RESULTS... --out SITE`: add runs to a static site and re-render only what changed.
+
+Each page is rendered from data; the digest of that data is kept in index.json (`pages`), and a page whose
+digest is unchanged (and whose file is there) is neither rendered nor written again.  A cell page — the one
+with a figure, the costly part — is skipped before its figure is drawn.  So publishing one more night
+re-renders the index, that scenario's page and cell pages (each got a point) and the new run's page; every
+other run page and every other scenario stays as it is.
+Exit codes: 0 published (regressions do not fail publishing: `compare` gates, the site shows); 2 bad input
+(no runs, a damaged run folder or site, a bad archive); 3 the site could not be written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from suite.publish import pages, state as site_state
+from suite.publish.html import CSS
+from suite.publish.series import Group, ScenarioView, build
+from suite.results.store import write_atomic
+
+TEMPLATE = 1  # bump when the pages' HTML changes, so every page is rendered again
+
+
+@dataclass
+class Published:
+    site: Path
+    added: int = 0         # run folders read (new, or changed since last time)
+    known: int = 0         # run folders already in the site, unchanged
+    runs: int = 0          # runs the site holds
+    rendered: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    regressions: int = 0   # in the latest run of each machine
+    seconds: float = 0.0
+
+
+def _digest(data: object) -> str:
+    return hashlib.sha256(json.dumps([TEMPLATE, data], sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _cell_data(view: ScenarioView, cell_id: str) -> object:
+    """Everything a cell page shows, for its digest."""
+    return [view.name, view.cells.get(cell_id), view.axes.get(cell_id), [g.label for g in view.groups()],
+            [[m.machine.label, m.machine.group.label,
+              [[p.run_key, p.status, p.repeats, p.values, p.spread, p.band,
+                [[f.metric, f.verdict, f.change, f.detail] for f in p.findings]] for p in m.points[cell_id]]]
+             for m in view.machines if cell_id in m.points]]
+
+
+class _Writer:
+    def __init__(self, site: Path, st: site_state.SiteState, result: Published):
+        self.site, self.state, self.result = site, st, result
+
+    def put(self, rel: str, digest: str, render) -> None:
+        """Write `rel` from render() unless the page's data digest is the one it was last rendered from."""
+        path = self.site / rel
+        if self.state.pages.get(rel) == digest and path.is_file():
+            self.result.unchanged += 1
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, render(), overwrite=True)
+        self.state.pages[rel] = digest
+        self.result.rendered.append(rel)
+
+    def text(self, rel: str, text: str) -> None:
+        self.put(rel, _digest(text), lambda: text)
+
+
+def _figures(view: ScenarioView, cell_id: str) -> dict[Group, str]:
+    from suite.publish.trend import trend_svg
+
+    out = {}
+    for group in view.groups():
+        lines = [(m.machine.label, m.points[cell_id]) for m in view.machines
+                 if m.machine.group == group and cell_id in m.points]
+        if lines:
+            out[group] = trend_svg(lines, lambda p: "../../" + pages.run_path(p.run_key),
+                                   salt=f"{view.slug}-{cell_id}-{group.label}")
+    return out
+
+
+def shown(views: list[ScenarioView]) -> dict:
+    """What the pages show, for other tools (index.json beside the state)."""
+    def findings(p):
+        return [{"metric": f.metric, "verdict": f.verdict, "change": f.change, "detail": f.detail,
+                 "noise": f.noise, "band": f.band} for f in p.findings]
+    return {
+        "scenarios": [{"name": v.name, "page": pages.scenario_path(v),
+                       "cells": [{"id": c, "description": d, "page": pages.cell_path(v, c), "axes": v.axes.get(c)}
+                                 for c, d in v.cells.items()],
+                       "machines": [{"device_kind": m.machine.group.device_kind, "suite_major": m.machine.group.suite_major,
+                                     "host": m.machine.host, "image": m.machine.image or None, "runs": m.keys,
+                                     "latest_run": m.latest[0]} for m in v.machines]} for v in views],
+        "series": [{"scenario": v.name, "cell_id": c, "device_kind": m.machine.group.device_kind,
+                    "suite_major": m.machine.group.suite_major, "host": m.machine.host, "image": m.machine.image or None,
+                    "points": [{"run": p.run_key, "run_id": p.run.manifest.run_id, "created_at": p.run.manifest.created_at,
+                                "git_commit": p.run.manifest.git_commit, "status": p.status, "repeats": p.repeats,
+                                "values": p.values, "spread": p.spread, "band": p.band, "verdicts": findings(p)}
+                               for p in pts]}
+                   for v in views for m in v.machines for c, pts in m.points.items()],
+        "flagged": [{"scenario": v.name, "cell_id": f.cell_id, "cell": v.cells.get(f.cell_id), "host": m.machine.host,
+                     "device_kind": m.machine.group.device_kind, "run": p.run_key, "run_id": p.run.manifest.run_id,
+                     "created_at": p.run.manifest.created_at, "metric": f.metric, "change": f.change,
+                     "detail": f.detail, "page": pages.cell_path(v, f.cell_id)} for v, m, p, f in pages.flagged(views)],
+    }
+
+
+def summary_md(views: list[ScenarioView], base_url: str | None) -> str:
+    """The latest runs' regressions with links to their cell pages (the nightly job summary)."""
+    base = (base_url.rstrip("/") + "/") if base_url else ""
+    latest = {m.latest[0] for v in views for m in v.machines}
+    items = [x for x in pages.flagged(views) if x[2].run_key in latest]
+    lines = [f"## suite publish: {len(items)} regression(s) in the latest runs", ""]
+    if base:
+        lines += [f"Site: [{base}index.html]({base}index.html)", ""]
+    if items:
+        lines += ["| scenario | cell | machine | metric | change | why |", "|---|---|---|---|---|---|"]
+        for v, m, p, f in items:
+            change = "" if f.change is None else f"{f.change:+.1%}"
+            lines.append(f"| {v.name} | [{v.cells.get(f.cell_id, f.cell_id)}]({base}{pages.cell_path(v, f.cell_id)}) "
+                         f"| {m.machine.label} | {f.metric} | {change} | {f.detail.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def publish(paths: list[Path], site: Path, history: int = 10, base_url: str | None = None,
+            progress=lambda line: None) -> Published:
+    t0 = time.perf_counter()
+    st = site_state.load_state(site)
+    result = Published(site)
+    added, result.known = site_state.ingest(paths, st, progress)
+    result.added = len(added)
+    if not st.runs:
+        raise site_state.SiteError(f"no run folders (with a manifest.json) under {', '.join(map(str, paths))}")
+    runs = site_state.runs_of(st, site)
+    result.runs = len(runs)
+    views = build(runs, history)
+    site.mkdir(parents=True, exist_ok=True)
+    w = _Writer(site, st, result)
+    w.text("style.css", CSS)
+    by_key = {k: v for v in views for m in v.machines for k in m.keys}
+    for key, run in runs.items():
+        w.text(f"runs/{key}.json", json.dumps(run.manifest.model_dump(mode="json"), indent=1) + "\n")
+        w.text(pages.run_path(key), pages.run_html(key, run, by_key[key]))
+    for view in views:
+        w.text(pages.scenario_path(view), pages.scenario_html(view))
+        for cell_id in view.cells:
+            w.put(pages.cell_path(view, cell_id), _digest(_cell_data(view, cell_id)),
+                  lambda v=view, c=cell_id: pages.cell_html(v, c, _figures(v, c)))
+    w.text("index.html", pages.index_html(views))
+    w.text("summary.md", summary_md(views, base_url))
+    latest = {m.latest[0] for v in views for m in v.machines}
+    result.regressions = sum(1 for x in pages.flagged(views) if x[2].run_key in latest)
+    site_state.save_state(site, st, shown(views))
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def run(paths: list[Path], site: Path, history: int, base_url: str | None) -> int:
+    """The CLI's body: errors -> exit codes, a line per new run read, one summary line."""
+    from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, err_console, print_error
+    from suite.report.plots import PlotError
+    from suite.results.reader import StoreError
+
+    if history < 1:
+        print_error(f"--history {history} must be at least 1")
+        return EXIT_INPUT
+    try:
+        with contextlib.ExitStack() as stack:
+            from suite.results.pack import PackError, open_inputs
+
+            try:
+                inputs = open_inputs(list(paths), stack)
+                done = publish(inputs, site, history, base_url,
+                               lambda line: err_console.print(line, highlight=False, markup=False, soft_wrap=True))
+            except (PackError, StoreError, site_state.SiteError, PlotError) as exc:
+                print_error(exc)
+                return EXIT_INPUT
+    except OSError as exc:
+        print_error(f"{exc}; the site could not be written")
+        return EXIT_ENVIRONMENT
+    err_console.print(f"published {done.added} new run(s) ({done.known} already there, {done.runs} in all): "
+                      f"{len(done.rendered)} file(s) written, {done.unchanged} unchanged, in {done.seconds:.1f} s; "
+                      f"{done.regressions} regression(s) in the latest runs -> {site / 'index.html'}",
+                      highlight=False, markup=False, soft_wrap=True)
+    return 0

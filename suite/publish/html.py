@@ -1,0 +1,118 @@
+"""The pieces every page of the site is made of: the page frame, links, tables, and numbers with their spread.
+
+Plain HTML and one stylesheet (style.css at the site's root), no scripts, nothing fetched: the site opens from
+disk and from any static host.  Every piece of text from the results is escaped.  Links are relative to the
+page (`href(depth, path)`), so a site can be moved or served under any prefix.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Iterable
+
+from suite.publish.series import METRICS, Point
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem auto; max-width: 80rem;
+       padding: 0 1rem; color: #222; }
+nav { font-size: 0.9rem; margin-bottom: 1rem; } nav a { margin-right: 0.75rem; }
+table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.85rem; }
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; white-space: nowrap;
+         vertical-align: top; }
+th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
+td.text, th.text { text-align: left; white-space: normal; }
+.bad, tr.regression td.verdict { color: #cf222e; font-weight: bold; } .good { color: #1a7f37; }
+.suspect { color: #9a6700; }
+tr.regression { background: #fff0f0; }
+.spread, .muted { color: #666; font-size: 0.8em; }
+.apart { border-left: 4px solid #d4a72c; background: #fff8e5; padding: 0.4rem 0.75rem; }
+.scroll { overflow-x: auto; max-width: 100%; }
+figure { margin: 0.5rem 0 1rem; } svg { max-width: 100%; height: auto; }
+h2 { margin-top: 2rem; border-bottom: 1px solid #ddd; } code { font-size: 0.85em; }
+"""
+
+
+def href(depth: int, path: str) -> str:
+    """`path` (relative to the site's root) as a link from a page `depth` folders below the root."""
+    return "../" * depth + path
+
+
+def link(url: str, text: str, cls: str = "") -> str:
+    klass = f' class="{cls}"' if cls else ""
+    return f'<a href="{escape(url)}"{klass}>{escape(text)}</a>'
+
+
+def page(title: str, body: str, depth: int) -> str:
+    nav = f'<nav>{link(href(depth, "index.html"), "all scenarios")}{link(href(depth, "index.json"), "index.json")}</nav>'
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{escape(title)}</title>"
+            f"<link rel=\"stylesheet\" href=\"{href(depth, 'style.css')}\"></head><body>\n{nav}\n"
+            f"<h1>{escape(title)}</h1>\n{body}\n</body></html>\n")
+
+
+def table(header: Iterable[str], rows: Iterable[Iterable[str]], row_classes: Iterable[str] = ()) -> str:
+    """Cells are HTML already (escape text with esc()); header is plain text."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    classes = list(row_classes)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{classes[i]}"' if i < len(classes) and classes[i] else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>")
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(body) + \
+        "\n</tbody></table></div>"
+
+
+def esc(value: object) -> str:
+    return escape(str(value))
+
+
+def number(metric: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if metric == "step_time":
+        return f"{value:,.2f} ms"
+    if metric == "tokens_per_s":
+        return f"{value:,.0f}"
+    if metric == "mfu":
+        return f"{value:.1f}%"
+    if metric == "peak_memory":
+        return f"{value:,.1f} MiB"
+    return f"{value:.4f}"
+
+
+def with_spread(metric: str, p: Point, nights: float | None = None, n_nights: int = 0, quiet: bool = False) -> str:
+    """The value and how much it moves between runs: between this run's repeats, else night to night (quiet:
+    say nothing when neither is known)."""
+    text = esc(number(metric, p.values.get(metric)))
+    sd = p.spread.get(metric)
+    if p.values.get(metric) is None:
+        return text
+    if sd is not None:
+        text += f' <span class="spread">±{sd:.1%} ({p.repeats} rep)</span>'
+    elif nights is not None:
+        text += f' <span class="spread">±{nights:.1%} ({n_nights} nights)</span>'
+    elif metric in ("step_time", "tokens_per_s") and not quiet:
+        text += ' <span class="spread">(1 run)</span>'
+    return text
+
+
+def verdict_text(p: Point) -> str:
+    """The point's regressions (compare's details as the tooltip), else improvements, else unchanged."""
+    if not p.findings:
+        return '<span class="muted">first run</span>'
+    bad = p.regressions
+    if bad:
+        return ", ".join(f'<span class="bad" title="{esc(f.detail)}">{esc(f.metric)} '
+                         f'{"" if f.change is None else f"{f.change:+.1%}"}</span>' for f in bad)
+    if p.suspects:
+        return ", ".join(f'<span class="suspect" title="{esc(f.detail)}">{esc(f.metric)} {f.change:+.1%}, no noise '
+                         'estimate yet</span>' for f in p.suspects)
+    good = [f for f in p.findings if f.verdict == "improvement"]
+    if good:
+        return ", ".join(f'<span class="good" title="{esc(f.detail)}">{esc(f.metric)} better</span>' for f in good)
+    return '<span class="muted">unchanged</span>'
+
+
+def metric_label(metric: str) -> str:
+    label, unit = METRICS[metric]
+    return label + (f" ({unit})" if unit else "")

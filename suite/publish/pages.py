@@ -1,0 +1,207 @@
+"""The site's pages: the index, one per scenario, one per cell, one per run.  Layout (links are relative):
+
+    index.html, index.json, style.css, summary.md
+    s/<scenario>/index.html          the latest run of every machine side by side, one table per group
+    s/<scenario>/<cell>.html         the cell's trend per group (trend.py) and every point, newest first
+    runs/<key>.html, runs/<key>.json the run's manifest (versions, commit, image digest, driver) and its cells
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from suite.publish.html import (esc, href, link, metric_label, number, page, table, verdict_text,
+                                with_spread)
+from suite.publish.series import METRICS, VERDICTS, Group, MachineRuns, Point, ScenarioView, slug, status_counts
+from suite.report import stats
+from suite.report.compare import Finding
+from suite.results.reader import Run
+
+TABLE_METRICS = ("step_time", "tokens_per_s", "mfu", "peak_memory", "final_loss")
+MAX_FLAGGED = 100  # rows of the index's "every flagged run" table (index.json holds them all)
+
+
+def scenario_path(view: ScenarioView) -> str:
+    return f"s/{view.slug}/index.html"
+
+
+def cell_path(view: ScenarioView, cell_id: str) -> str:
+    return f"s/{view.slug}/{slug(cell_id)}.html"
+
+
+def run_path(key: str) -> str:
+    return f"runs/{key}.html"
+
+
+def night_sd(points: list[Point], metric: str, last: int = 10) -> tuple[float | None, int]:
+    """Night-to-night relative sd (robust) of a metric over a machine's latest `last` points; None under 3."""
+    vals = [p.values[metric] for p in points[-last:] if p.values.get(metric)]
+    vals = [v for v in vals if v > 0]
+    if len(vals) < 3:
+        return None, len(vals)
+    return stats.mad_sigma([math.log(v) for v in vals]), len(vals)
+
+
+def _counts(counts: dict[str, int], bad: Callable[[str], bool]) -> str:
+    return ", ".join(f'<span class="{"bad" if bad(k) and n else ""}">{esc(k)} {n}</span>'
+                     for k, n in sorted(counts.items()))
+
+
+def _verdict_counts(findings: list[Finding]) -> dict[str, int]:
+    counts = {v: 0 for v in VERDICTS}
+    for f in findings:
+        counts[f.verdict] = counts.get(f.verdict, 0) + 1
+    return {k: n for k, n in counts.items() if n}
+
+
+def flagged(views: list[ScenarioView]) -> list[tuple[ScenarioView, MachineRuns, Point, Finding]]:
+    """Every regression of every run, newest first."""
+    out = [(v, m, p, f) for v in views for m in v.machines for pts in m.points.values() for p in pts
+           for f in p.regressions]
+    return sorted(out, key=lambda x: x[2].run.manifest.created_at, reverse=True)
+
+
+def _flag_rows(items, depth: int) -> list[list[str]]:
+    return [[esc(p.run.manifest.created_at[:16].replace("T", " ")), link(href(depth, scenario_path(v)), v.name),
+             link(href(depth, cell_path(v, f.cell_id)), v.cells.get(f.cell_id, f.cell_id)), esc(m.machine.label),
+             esc(f.metric), esc("" if f.change is None else f"{f.change:+.1%}"), f'<span class="text">{esc(f.detail)}</span>',
+             link(href(depth, run_path(p.run_key)), p.run.manifest.run_id)] for v, m, p, f in items]
+
+
+FLAG_HEADER = ["when (UTC)", "scenario", "cell", "machine", "metric", "change", "why", "run"]
+
+
+def index_html(views: list[ScenarioView]) -> str:
+    rows = []
+    for v in views:
+        for m in v.machines:
+            key, run = m.latest
+            latest = m.latest_findings()
+            rows.append([link(scenario_path(v), v.name), esc(m.machine.group.label), esc(m.machine.label),
+                         str(len(m.runs)), link(run_path(key), run.manifest.run_id),
+                         esc(run.manifest.created_at[:16].replace("T", " ")), esc((run.manifest.git_commit or "-")[:7]),
+                         _counts(status_counts(run.results), lambda s: s != "ok"),
+                         _counts(_verdict_counts(latest), lambda s: s == "regression") if latest else
+                         '<span class="muted">first run</span>'])
+    every = flagged(views)
+    latest_keys = {m.latest[0] for v in views for m in v.machines}
+    recent = [x for x in every if x[2].run_key in latest_keys]
+    body = [f"<p>{len(views)} scenario(s), {sum(len(m.runs) for v in views for m in v.machines)} run(s) on "
+            f"{len({m.machine for v in views for m in v.machines})} machine(s).  Each run is judged by "
+            "<code>suite compare</code> against the earlier runs of its machine (up to 10: from 5 on, their "
+            "spread is the noise a change must exceed).</p>",
+            "<h2>Scenarios: the latest run of every machine</h2>",
+            table(["scenario", "group (comparable)", "machine", "runs", "latest run", "when (UTC)", "commit",
+                   "statuses", "verdicts vs. earlier runs"], rows),
+            f"<h2>Regressions in the latest runs ({len(recent)})</h2>",
+            table(FLAG_HEADER, _flag_rows(recent, 0)) if recent else "<p>None.</p>",
+            f"<h2>Every run flagged as a regression ({len(every)})</h2>",
+            table(FLAG_HEADER, _flag_rows(every[:MAX_FLAGGED], 0)) if every else "<p>None.</p>"]
+    if len(every) > MAX_FLAGGED:
+        body.append(f'<p class="muted">The {MAX_FLAGGED} newest are shown; index.json lists all {len(every)}.</p>')
+    return page("suite results", "\n".join(body), 0)
+
+
+def _apart(group: Group, groups: list[Group]) -> str:
+    others = [g for g in groups if g != group]
+    if not others:
+        return ""
+    items = "".join(f"<li>{esc(g.label)}: {esc(group.apart(g))}</li>" for g in others)
+    return f'<div class="apart">Not put beside these groups\' numbers (listed in their own section):<ul>{items}</ul></div>'
+
+
+def _column_heads(machines: list[MachineRuns]) -> list[str]:
+    """Each column's label: the fields that vary among the columns (host, image, commit, torch, date)."""
+    fields = {"host": lambda r, m: m.machine.host, "image": lambda r, m: m.machine.image or "-",
+              "commit": lambda r, m: (r.manifest.git_commit or "-")[:7], "torch": lambda r, m: r.manifest.torch or "-",
+              "date": lambda r, m: r.manifest.created_at[:16].replace("T", " ")}
+    values = {f: [get(m.latest[1], m) for m in machines] for f, get in fields.items()}
+    vary = [f for f, vs in values.items() if len(set(vs)) > 1] or ["host", "commit", "date"]
+    return [" · ".join(f"{f} {values[f][i]}" for f in vary) for i in range(len(machines))]
+
+
+def scenario_html(view: ScenarioView) -> str:
+    groups = view.groups()
+    body = [f"<p>{len(view.cells)} cell(s); numbers are the latest run of each machine, with the spread between "
+            "runs (between the run's repeats, else night to night over the machine's latest runs).</p>"]
+    for group in groups:
+        machines = [m for m in view.machines if m.machine.group == group]
+        heads = _column_heads(machines)
+        body += [f"<h2>{esc(group.label)}</h2>", _apart(group, groups)]
+        cells = [c for c in view.cells if any(c in m.points for m in machines)]
+        for metric in TABLE_METRICS:
+            rows = []
+            for c in cells:
+                row = [link(f"{slug(c)}.html", view.cells[c])]
+                for m in machines:
+                    pts = m.points.get(c, [])
+                    last = pts[-1] if pts and pts[-1].run_key == m.latest[0] else None
+                    if last is None:
+                        row.append('<span class="muted">not in this run</span>')
+                        continue
+                    sd, n = night_sd(pts, metric)
+                    cell = with_spread(metric, last, sd, n)
+                    if last.status != "ok":
+                        cell += f' <span class="bad">{esc(last.status)}</span>'
+                    if any(f.metric == metric for f in last.regressions):
+                        cell += ' <span class="bad">regression</span>'
+                    row.append(cell)
+                rows.append(row)
+            body += [f"<h3>{esc(metric_label(metric))}</h3>", table(["cell", *heads], rows)]
+    return page(f"{view.name}", "\n".join(body), 2)
+
+
+def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> str:
+    groups = view.groups()
+    axes = view.axes.get(cell_id, {})
+    body = [f"<p>Cell <code>{esc(cell_id)}</code> of {link('index.html', view.name)}: "
+            + esc(", ".join(f"{k}={v}" for k, v in axes.items())) + "</p>",
+            "<p>Shaded bars: where an unchanged run was expected to fall, from the machine's earlier runs (drawn "
+            "once it has 5); red rings: runs <code>suite compare</code> flagged as a regression against them; amber "
+            "rings: timing past the threshold before there was a noise estimate (compare flags those too, saying "
+            "so).  Every point links to its run's manifest.</p>"]
+    for group in groups:
+        machines = [m for m in view.machines if m.machine.group == group and cell_id in m.points]
+        if not machines:
+            continue
+        body += [f"<h2>{esc(group.label)}</h2>", _apart(group, groups),
+                 f'<figure class="trend">{figures[group]}</figure>']
+        pts = sorted(((m, p) for m in machines for p in m.points[cell_id]),
+                     key=lambda mp: mp[1].run.manifest.created_at, reverse=True)
+        rows = [[esc(p.run.manifest.created_at[:16].replace("T", " ")), esc(m.machine.label),
+                 link(href(2, run_path(p.run_key)), p.run.manifest.run_id), esc((p.run.manifest.git_commit or "-")[:7]),
+                 esc((p.run.manifest.container_image_digest or "-")[:19]), esc(p.status),
+                 f'<span class="verdict">{verdict_text(p)}</span>', *[with_spread(k, p, quiet=True) for k in TABLE_METRICS]]
+                for m, p in pts]
+        body.append(table(["when (UTC)", "machine", "run", "commit", "image digest", "status", "verdict",
+                           *[metric_label(k) for k in TABLE_METRICS]], rows,
+                          ["regression" if p.regressions else "" for _, p in pts]))
+    return page(f"{view.name}: {view.cells.get(cell_id, cell_id)}", "\n".join(body), 2)
+
+
+MANIFEST_FIELDS = ("run_id", "scenario", "created_at", "hostname", "suite_version", "git_commit", "git_dirty",
+                   "python", "torch", "cuda", "nccl", "driver", "devices", "device_count", "cpu_model",
+                   "container_image", "container_image_digest", "seed", "env", "command")
+
+
+def run_html(key: str, run: Run, view: ScenarioView) -> str:
+    m = run.manifest
+    info = [[esc(f), f'<span class="text">{esc(getattr(m, f))}</span>'] for f in MANIFEST_FIELDS]
+    cells = {}
+    for r in run.results:
+        cells.setdefault(r.cell_id, []).append(r)
+    rows = []
+    for cid, results in sorted(cells.items(), key=lambda kv: view.cells.get(kv[0], kv[0])):
+        p = next((p for mr in view.machines for p in mr.points.get(cid, []) if p.run_key == key), None)
+        rows.append([link(href(1, cell_path(view, cid)), view.cells.get(cid, cid)), esc(results[0].status),
+                     str(len(results)), *[esc(number(k, p.values.get(k) if p else None)) for k in TABLE_METRICS],
+                     verdict_text(p) if p else "-"])
+    body = [f"<p>{link(href(1, scenario_path(view)), view.name)} · the manifest as stored: "
+            f"{link(f'{key}.json', f'{key}.json')}</p>", '<h2 id="manifest">Manifest</h2>',
+            table(["field", "value"], info), "<h2>Cells</h2>",
+            table(["cell", "status", "repeats", *[metric_label(k) for k in TABLE_METRICS], "verdict"], rows)]
+    return page(f"run {m.scenario}/{m.run_id} on {m.hostname}", "\n".join(body), 1)
+
+
+__all__ = ["index_html", "scenario_html", "cell_html", "run_html", "flagged", "METRICS"]

@@ -1,0 +1,115 @@
+"""A cell's trend in one group, as inline SVG: one panel per metric, one line per machine, over time.
+
+- x: the runs in the order they were made (manifest created_at), evenly spaced and labelled with date and
+  commit; each point is a link to its run's page, which shows the manifest (versions, git commit, image
+  digest, driver);
+- a shaded bar (timing panels): where compare expected an unchanged run to fall, from that machine's history
+  before the point (report/noise.py; drawn from a machine's 6th run on);
+- a red ring: compare's verdict against the earlier runs was a regression for that metric; an amber ring: a
+  timing change past the threshold when there was no noise estimate yet (too few earlier runs and repeats).
+The SVG keeps text as text (svg.fonttype none: small, searchable) and each set of rings is a group with an id
+`regression-<metric>-<n>` (or `suspect-...`), which the browser test looks for.  matplotlib draws it (the
+`report` extra).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Callable
+
+from suite.publish.series import METRICS, Point
+from suite.report.plots import _figure
+
+COLORS = ("#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974")
+RED, AMBER = "#cf222e", "#d4a72c"
+# The metric a check's regression is drawn on (status and convergence regressions are in the table below).
+DRAWN_ON = {"step_time": "step_time", "tokens_per_s": "tokens_per_s", "peak_memory": "peak_memory",
+            "final_loss": "final_loss"}
+
+
+def _order(lines: list[tuple[str, list[Point]]]) -> dict[str, int]:
+    """Every run of the figure at its position in time (runs are evenly spaced: nights, not clock time)."""
+    runs = sorted({(p.run.manifest.created_at, p.run_key) for _, pts in lines for p in pts})
+    return {key: i for i, (_, key) in enumerate(runs)}
+
+
+def _ticks(lines: list[tuple[str, list[Point]]], order: dict[str, int], most: int = 8) -> tuple[list, list]:
+    first = {}
+    for _, pts in lines:
+        for p in pts:
+            m = p.run.manifest
+            first.setdefault(order[p.run_key], f"{m.created_at[5:16].replace('T', ' ')}\n{(m.git_commit or '-')[:7]}")
+    xs = sorted(first)
+    step = max(1, -(-len(xs) // most))
+    xs = xs[::step]
+    return xs, [first[x] for x in xs]
+
+
+def _rings(ax, points: list[Point], metric: str, x, findings: str, color: str, gid: str, link) -> bool:
+    hit = [p for p in points if any(DRAWN_ON.get(f.metric) == metric for f in getattr(p, findings))]
+    if not hit:
+        return False
+    ring = ax.scatter([x(p) for p in hit], [p.values[metric] for p in hit], s=110, facecolors="none",
+                      edgecolors=color, linewidths=2, zorder=4,
+                      label="regression" if findings == "regressions" else "past threshold, no noise estimate yet")
+    ring.set_gid(gid)
+    ring.set_urls([link(p) for p in hit])
+    return True
+
+
+def trend_svg(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], salt: str) -> str:
+    """lines: (machine label, its points oldest first); link(point) -> the URL of the point's run page."""
+    import matplotlib
+
+    order = _order(lines)
+
+    def x(p: Point) -> int:
+        return order[p.run_key]
+
+    fig = _figure(9.5, 1.6 * len(METRICS) + 1.0)
+    axes = fig.subplots(len(METRICS), 1, sharex=True)
+    marked = 0
+    for ax, (metric, (label, unit)) in zip(axes, METRICS.items()):
+        ax.set_ylabel(f"{label}" + (f" ({unit})" if unit else ""), fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+        drawn = False
+        for i, (name, points) in enumerate(lines):
+            color = COLORS[i % len(COLORS)]
+            have = [p for p in points if p.values.get(metric) is not None]
+            if not have:
+                continue
+            drawn = True
+            xs, ys = [x(p) for p in have], [p.values[metric] for p in have]
+            banded = [p for p in have if metric in p.band]
+            if banded:  # one bar per run: where an unchanged run was expected, from the runs before it
+                mid = [(p.band[metric][0] + p.band[metric][1]) / 2 for p in banded]
+                ax.errorbar([x(p) for p in banded], mid, yerr=[[m - p.band[metric][0] for m, p in zip(mid, banded)],
+                                                               [p.band[metric][1] - m for m, p in zip(mid, banded)]],
+                            fmt="none", ecolor=color, alpha=0.25, elinewidth=7, capsize=0,
+                            label=f"{name}: noise band" if metric == "step_time" else None)
+            ax.plot(xs, ys, color=color, linewidth=1, label=name)
+            dots = ax.scatter(xs, ys, s=14, color=color, zorder=3)
+            dots.set_urls([link(p) for p in have])
+            for findings, ring_color, kind in (("regressions", RED, "regression"), ("suspects", AMBER, "suspect")):
+                if _rings(ax, have, metric, x, findings, ring_color, f"{kind}-{metric}-{marked}", link):
+                    marked += 1
+        if not drawn:
+            why = "no values (MFU needs the device's peak FLOPs: GPU runs)" if metric == "mfu" else "no values"
+            ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", fontsize=8, color="#777")
+    ticks, labels = _ticks(lines, order)
+    axes[-1].set_xticks(ticks, labels, fontsize=7)
+    axes[-1].set_xlim(-0.5, max(order.values()) + 0.5)
+    handles, names = [], []
+    for ax in axes:
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in names:
+                handles.append(h)
+                names.append(n)
+    if handles:
+        fig.legend(handles, names, loc="outside upper center", ncols=min(4, len(names)), fontsize=8, frameon=False)
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    return text[text.index("<svg"):]

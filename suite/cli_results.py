@@ -6,12 +6,14 @@ Argument parsing and dispatch only, like cli.py (which mounts this sub-app as `r
 from __future__ import annotations
 
 from pathlib import Path
+from typing import List, Optional
 
 import typer
 
 from suite.console import print_error as _error
 
-results_app = typer.Typer(no_args_is_help=True, help="Stored results: list run folders, show a run or a cell.")
+results_app = typer.Typer(no_args_is_help=True, help="Stored results: list run folders, show a run or a cell, pack "
+                          "run folders into one checksummed archive for another machine and unpack one.")
 
 
 @results_app.command("ls")
@@ -46,3 +48,50 @@ def results_show(target: str = typer.Argument(..., help="Run folder, run name, c
     except reader.StoreError as exc:
         _error(exc)
         raise typer.Exit(2)
+
+
+@results_app.command("pack")
+def results_pack(runs: List[Path] = typer.Argument(..., help="Run folders, scenario folders or results trees."),
+                 out: Path = typer.Option(..., "--out", help="The .tar.gz to write (never overwritten); its sha256 "
+                                          "goes to <out>.sha256 beside it.")) -> None:
+    """Pack run folders into one .tar.gz with a checksum list, for another machine to report, compare or publish.
+
+    Each run's manifest, scenario.yaml, runlog.jsonl and cells/ are packed; work/ (rank records, logs,
+    checkpoints: possibly large) is left out.
+    """
+    from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, console, nbytes
+    from suite.results.pack import PackError, pack
+
+    try:
+        info = pack(runs, out)
+    except PackError as exc:
+        _error(exc)
+        raise typer.Exit(EXIT_INPUT)
+    except OSError as exc:
+        _error(f"{out}: cannot write the archive ({exc})")
+        raise typer.Exit(EXIT_ENVIRONMENT)
+    console.print(f"packed {len(info.runs)} run(s), {info.files} file(s), {nbytes(info.bytes)} into {info.path} "
+                  f"({nbytes(info.archive_bytes)})\nsha256 {info.sha256} (also in {info.sha256_path})",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+@results_app.command("unpack")
+def results_unpack(archive: Path = typer.Argument(..., help="A .tar.gz made by `suite results pack`."),
+                   into: Path = typer.Option(..., "--into", help="Results root to unpack the run folders into."),
+                   sha256: Optional[str] = typer.Option(None, "--sha256", help="The archive's sha256, obtained out "
+                                                        "of band: refuse the archive unless it matches.")) -> None:
+    """Verify an archive's checksums, then unpack its run folders (all or none; existing identical ones are skipped)."""
+    from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, console
+    from suite.results.pack import PackError
+    from suite.results.unpack import unpack
+
+    try:
+        done = unpack(archive, into, sha256)
+    except PackError as exc:
+        _error(exc)
+        raise typer.Exit(EXIT_INPUT)
+    except OSError as exc:
+        _error(f"{into}: cannot unpack there ({exc})")
+        raise typer.Exit(EXIT_ENVIRONMENT)
+    lines = [f"unpacked {p}" for p in done] + [f"skipped {p} (there already, identical)" for p in done.skipped]
+    console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)

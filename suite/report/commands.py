@@ -2,12 +2,14 @@
 
 Exit codes: 0 fine; 1 regression (compare only); 2 usage error — unreadable or missing results, bad options,
 a record from a newer suite, no cells in common, or (with --strict) environments that differ.
-cli.py only parses arguments and calls these.
+cli.py only parses arguments and calls these.  Every input may also be an archive of `suite results pack`
+(*.tar.gz): results/pack.open_inputs verifies and unpacks it into a temp folder for the command's duration.
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack
 from pathlib import Path
 
 from suite.console import console, err_console
@@ -21,15 +23,17 @@ def _error(message: str) -> int:
 
 
 def report(paths: list[Path], formats: list[str], out: Path | None, group_by: list[str]) -> int:
+    from suite.results.pack import PackError, open_inputs
     from suite.results.reader import StoreError, load_runs
     from suite.report.plots import PlotError
     from suite.report.render import ReportUsageError, check_options, render
 
     try:
         check_options(formats, out, group_by)
-        runs = load_runs(paths)
-        produced = render(runs, formats, out, group_by)
-    except (StoreError, ReportUsageError, PlotError) as exc:
+        with ExitStack() as stack:
+            runs = load_runs(open_inputs(paths, stack))
+            produced = render(runs, formats, out, group_by)
+    except (StoreError, ReportUsageError, PlotError, PackError) as exc:
         return _error(str(exc))
     if out is None:
         for text in produced.values():
@@ -46,6 +50,7 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
     from suite.report.compare import ENV_FIELDS, CompareUsageError, compare as run_compare, parse_threshold
     from suite.report.compare_out import print_terminal, to_markdown
     from suite.report.junit import to_junit
+    from suite.results.pack import PackError, open_inputs
     from suite.results.reader import StoreError, load_runs
 
     if fmt not in ("term", "md", "junit"):
@@ -57,9 +62,10 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
         return _error("--out needs --format md or junit (term prints to the console)")
     try:
         parsed = dict(parse_threshold(t) for t in thresholds)
-        base_runs, cur_runs = load_runs([baseline]), load_runs([current])
-        result = run_compare(base_runs, cur_runs, parsed, alpha, history)
-    except (StoreError, CompareUsageError) as exc:
+        with ExitStack() as stack:
+            base_dir, cur_dir = open_inputs([baseline, current], stack)
+            result = run_compare(load_runs([base_dir]), load_runs([cur_dir]), parsed, alpha, history)
+    except (StoreError, CompareUsageError, PackError) as exc:
         return _error(str(exc))
     if result.matched == 0:
         return _error(f"no cell of {current} is in {baseline} (cells are matched by id): nothing to compare")
@@ -87,13 +93,15 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
 
 def export(paths: list[Path], fmt: str, out: Path) -> int:
     from suite.report.export import to_pytest_benchmark
+    from suite.results.pack import PackError, open_inputs
     from suite.results.reader import StoreError, load_runs
 
     if fmt != "pytest-benchmark":
         return _error(f"--format {fmt!r}: the only export format is pytest-benchmark")
     try:
-        doc = to_pytest_benchmark(load_runs(paths))
-    except StoreError as exc:
+        with ExitStack() as stack:
+            doc = to_pytest_benchmark(load_runs(open_inputs(paths, stack)))
+    except (StoreError, PackError) as exc:
         return _error(str(exc))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

@@ -60,18 +60,25 @@ def _rings(ax, points: list[Point], metric: str, x, findings: str, color: str, g
 def trend_svg(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], salt: str) -> str:
     """lines: (machine label, its points oldest first); link(point) -> the URL of the point's run page."""
     import matplotlib
+    from matplotlib.ticker import MaxNLocator
 
     order = _order(lines)
 
     def x(p: Point) -> int:
         return order[p.run_key]
 
-    fig = _figure(9.5, 1.6 * len(METRICS) + 1.0)
-    axes = fig.subplots(len(METRICS), 1, sharex=True)
+    # a panel per metric with a value (MFU needs the device's peak FLOPs: none on CPUs); at least one
+    shown = [m for m in METRICS if any(p.values.get(m) is not None for _, pts in lines for p in pts)] or ["step_time"]
+    height = 1.5 * len(shown) + 1.0
+    fig = _figure(9.5, height, layout=None)  # fixed margins: constrained layout would cost half the time
+    axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
+    fig.subplots_adjust(left=0.09, right=0.985, top=1 - 0.45 / height, bottom=0.45 / height, hspace=0.12)
     marked = 0
-    for ax, (metric, (label, unit)) in zip(axes, METRICS.items()):
+    for ax, metric in zip(axes, shown):
+        label, unit = METRICS[metric]
         ax.set_ylabel(f"{label}" + (f" ({unit})" if unit else ""), fontsize=8)
         ax.tick_params(labelsize=7)
+        ax.yaxis.set_major_locator(MaxNLocator(4))  # few ticks: each costs a drawn artist, and the SVG's size
         ax.grid(True, alpha=0.3)
         drawn = False
         for i, (name, points) in enumerate(lines):
@@ -95,8 +102,7 @@ def trend_svg(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str]
                 if _rings(ax, have, metric, x, findings, ring_color, f"{kind}-{metric}-{marked}", link):
                     marked += 1
         if not drawn:
-            why = "no values (MFU needs the device's peak FLOPs: GPU runs)" if metric == "mfu" else "no values"
-            ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", fontsize=8, color="#777")
+            ax.text(0.5, 0.5, "no values", transform=ax.transAxes, ha="center", va="center", fontsize=8, color="#777")
     ticks, labels = _ticks(lines, order)
     axes[-1].set_xticks(ticks, labels, fontsize=7)
     axes[-1].set_xlim(-0.5, max(order.values()) + 0.5)
@@ -107,7 +113,7 @@ def trend_svg(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str]
                 handles.append(h)
                 names.append(n)
     if handles:
-        fig.legend(handles, names, loc="outside upper center", ncols=min(4, len(names)), fontsize=8, frameon=False)
+        fig.legend(handles, names, loc="upper center", ncols=min(4, len(names)), fontsize=8, frameon=False)
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
         fig.savefig(buf, format="svg", metadata={"Date": None})

@@ -37,14 +37,14 @@ class Plot:
     png: bytes
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float, layout: str | None = "constrained"):
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise PlotError("plots need matplotlib: pip install 'suite[report]' (or run the report with --format md, "
                         "csv or json)") from exc
-    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    fig = Figure(figsize=(width, height), dpi=100, layout=layout)
     FigureCanvasAgg(fig)
     return fig
 

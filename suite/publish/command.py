@@ -35,6 +35,7 @@ class Published:
     rendered: list[str] = field(default_factory=list)
     unchanged: int = 0
     regressions: int = 0   # in the latest run of each machine
+    suspects: int = 0      # ... timing past the threshold with no noise estimate yet
     seconds: float = 0.0
 
 
@@ -83,6 +84,13 @@ def _figures(view: ScenarioView, cell_id: str) -> dict[Group, str]:
     return out
 
 
+def _flags(items) -> list[dict]:
+    return [{"scenario": v.name, "cell_id": f.cell_id, "cell": v.cells.get(f.cell_id), "host": m.machine.host,
+             "device_kind": m.machine.group.device_kind, "run": p.run_key, "run_id": p.run.manifest.run_id,
+             "created_at": p.run.manifest.created_at, "metric": f.metric, "change": f.change, "detail": f.detail,
+             "page": pages.cell_path(v, f.cell_id)} for v, m, p, f in items]
+
+
 def shown(views: list[ScenarioView]) -> dict:
     """What the pages show, for other tools (index.json beside the state)."""
     def findings(p):
@@ -102,28 +110,34 @@ def shown(views: list[ScenarioView]) -> dict:
                                 "values": p.values, "spread": p.spread, "band": p.band, "verdicts": findings(p)}
                                for p in pts]}
                    for v in views for m in v.machines for c, pts in m.points.items()],
-        "flagged": [{"scenario": v.name, "cell_id": f.cell_id, "cell": v.cells.get(f.cell_id), "host": m.machine.host,
-                     "device_kind": m.machine.group.device_kind, "run": p.run_key, "run_id": p.run.manifest.run_id,
-                     "created_at": p.run.manifest.created_at, "metric": f.metric, "change": f.change,
-                     "detail": f.detail, "page": pages.cell_path(v, f.cell_id)} for v, m, p, f in pages.flagged(views)],
+        "flagged": _flags(pages.flagged(views)),  # regressions, judged against the noise
+        "suspects": _flags(pages.flagged(views, "suspects")),  # timing past the threshold, no noise estimate yet
     }
 
 
 def summary_md(views: list[ScenarioView], base_url: str | None) -> str:
-    """The latest runs' regressions with links to their cell pages (the nightly job summary)."""
+    """The latest runs' regressions (and timing changes past the threshold with no noise estimate yet), with
+    links to their cell pages: the nightly job's summary."""
     base = (base_url.rstrip("/") + "/") if base_url else ""
     latest = {m.latest[0] for v in views for m in v.machines}
-    items = [x for x in pages.flagged(views) if x[2].run_key in latest]
-    lines = [f"## suite publish: {len(items)} regression(s) in the latest runs", ""]
+    bad = [x for x in pages.flagged(views) if x[2].run_key in latest]
+    suspects = [x for x in pages.flagged(views, "suspects") if x[2].run_key in latest]
+    lines = [f"## suite publish: {len(bad)} regression(s) in the latest runs"
+             + (f", {len(suspects)} past the threshold with no noise estimate yet" if suspects else ""), ""]
     if base:
         lines += [f"Site: [{base}index.html]({base}index.html)", ""]
-    if items:
-        lines += ["| scenario | cell | machine | metric | change | why |", "|---|---|---|---|---|---|"]
+    for title, items in (("Regressions (judged against the noise)", bad),
+                         ("Past the threshold, no noise estimate yet (fewer than 5 earlier runs, under 3 repeats)",
+                          suspects)):
+        if not items:
+            continue
+        lines += [f"### {title}", "", "| scenario | cell | machine | metric | change | why |", "|---|---|---|---|---|---|"]
         for v, m, p, f in items:
             change = "" if f.change is None else f"{f.change:+.1%}"
             lines.append(f"| {v.name} | [{v.cells.get(f.cell_id, f.cell_id)}]({base}{pages.cell_path(v, f.cell_id)}) "
                          f"| {m.machine.label} | {f.metric} | {change} | {f.detail.replace('|', '/')} |")
-    return "\n".join(lines) + "\n"
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def publish(paths: list[Path], site: Path, history: int = 10, base_url: str | None = None,
@@ -154,6 +168,7 @@ def publish(paths: list[Path], site: Path, history: int = 10, base_url: str | No
     w.text("summary.md", summary_md(views, base_url))
     latest = {m.latest[0] for v in views for m in v.machines}
     result.regressions = sum(1 for x in pages.flagged(views) if x[2].run_key in latest)
+    result.suspects = sum(1 for x in pages.flagged(views, "suspects") if x[2].run_key in latest)
     site_state.save_state(site, st, shown(views))
     result.seconds = time.perf_counter() - t0
     return result
@@ -184,6 +199,8 @@ def run(paths: list[Path], site: Path, history: int, base_url: str | None) -> in
         return EXIT_ENVIRONMENT
     err_console.print(f"published {done.added} new run(s) ({done.known} already there, {done.runs} in all): "
                       f"{len(done.rendered)} file(s) written, {done.unchanged} unchanged, in {done.seconds:.1f} s; "
-                      f"{done.regressions} regression(s) in the latest runs -> {site / 'index.html'}",
+                      f"{done.regressions} regression(s) in the latest runs"
+                      + (f" ({done.suspects} more past the threshold, no noise estimate yet)" if done.suspects else "")
+                      + f" -> {site / 'index.html'}",
                       highlight=False, markup=False, soft_wrap=True)
     return 0

@@ -55,10 +55,12 @@ def _verdict_counts(findings: list[Finding]) -> dict[str, int]:
     return {k: n for k, n in counts.items() if n}
 
 
-def flagged(views: list[ScenarioView]) -> list[tuple[ScenarioView, MachineRuns, Point, Finding]]:
-    """Every regression of every run, newest first."""
+def flagged(views: list[ScenarioView], kind: str = "regressions") -> list[tuple[ScenarioView, MachineRuns, Point,
+                                                                                 Finding]]:
+    """Every regression (kind "suspects": every timing change past its threshold without a noise estimate) of
+    every run, newest first."""
     out = [(v, m, p, f) for v in views for m in v.machines for pts in m.points.values() for p in pts
-           for f in p.regressions]
+           for f in getattr(p, kind)]
     return sorted(out, key=lambda x: x[2].run.manifest.created_at, reverse=True)
 
 
@@ -87,6 +89,7 @@ def index_html(views: list[ScenarioView]) -> str:
     every = flagged(views)
     latest_keys = {m.latest[0] for v in views for m in v.machines}
     recent = [x for x in every if x[2].run_key in latest_keys]
+    suspects = [x for x in flagged(views, "suspects") if x[2].run_key in latest_keys]
     body = [f"<p>{len(views)} scenario(s), {sum(len(m.runs) for v in views for m in v.machines)} run(s) on "
             f"{len({m.machine for v in views for m in v.machines})} machine(s).  Each run is judged by "
             "<code>suite compare</code> against the earlier runs of its machine (up to 10: from 5 on, their "
@@ -96,6 +99,10 @@ def index_html(views: list[ScenarioView]) -> str:
                    "statuses", "verdicts vs. earlier runs"], rows),
             f"<h2>Regressions in the latest runs ({len(recent)})</h2>",
             table(FLAG_HEADER, _flag_rows(recent, 0)) if recent else "<p>None.</p>",
+            *([f"<h3>Past the threshold with no noise estimate yet ({len(suspects)})</h3>",
+               '<p class="muted">Fewer than 5 earlier runs and fewer than 3 repeats: <code>suite compare</code> '
+               "flags these too (saying so); a few more nights or <code>--repeats 3</code> tell them from noise.</p>",
+               table(FLAG_HEADER, _flag_rows(suspects, 0))] if suspects else []),
             f"<h2>Every run flagged as a regression ({len(every)})</h2>",
             table(FLAG_HEADER, _flag_rows(every[:MAX_FLAGGED], 0)) if every else "<p>None.</p>"]
     if len(every) > MAX_FLAGGED:

@@ -44,10 +44,13 @@ def test_workflow_shape(workflow):
     text = WORKFLOW.read_text()
     assert "scripts/docker-setup" in text and "$GITHUB_STEP_SUMMARY" in text and "actions/upload-artifact" in text
     names = [cmd[0] for cmd in suite_commands(workflow)]
-    assert names == ["$s", "compare", "compare", "report"]
+    assert names == ["$s", "compare", "compare", "report", "publish"]
     # steps after the comparison still publish when it fails (a regression fails the job at compare)
     after = job["steps"][[s.get("name", "") for s in job["steps"]].index("Compare with the baseline") + 1:]
-    assert after and all(s.get("if") == "${{ !cancelled() }}" for s in after)
+    assert after and all(s.get("if", "").startswith("${{ !cancelled()") for s in after)
+    assert "SUITE_EXTRAS=report scripts/docker-setup" in text  # the image can draw the report's and site's plots
+    pages = workflow["jobs"]["pages"]
+    assert pages["needs"] == "nightly" and "SUITE_PAGES" in pages["if"] and pages["environment"]["name"] == "github-pages"
 
 
 def test_suite_run_accepts_the_workflow_options(cli, workflow):
@@ -59,7 +62,8 @@ def test_suite_run_accepts_the_workflow_options(cli, workflow):
 
 def night(tmp_path: Path, cells, digest: str, **kw) -> tuple[dict[str, str], list]:
     env = {"BASELINE": str(tmp_path / "results/baselines/nightly"), "NIGHTLY": str(tmp_path / "results/nightly"),
-           "REPORT": str(tmp_path / "results/nightly-report")}
+           "REPORT": str(tmp_path / "results/nightly-report"), "SITE": str(tmp_path / "results/site"),
+           "PAGES_URL": "https://example.org/suite"}
     write_run(Path(env["BASELINE"]), make_manifest("zero-stages", 1, container_image_digest="sha256:aaa"),
               [make_result(c) for c in cells])
     slow = kw.pop("slow", None)
@@ -73,7 +77,7 @@ CELLS = dict(strategy=["ddp", "zero3"], gpus=[2, 4])
 
 
 def test_a_quiet_night_passes_and_publishes(cli, tmp_path):
-    env, (junit, md, report) = night(tmp_path, make_cells(**CELLS), "sha256:bbb")
+    env, (junit, md, report, publish) = night(tmp_path, make_cells(**CELLS), "sha256:bbb")
     assert cli(*junit).exit_code == 0
     assert cli(*md).exit_code == 0
     result = cli(*report)
@@ -82,17 +86,25 @@ def test_a_quiet_night_passes_and_publishes(cli, tmp_path):
     assert {"compare.xml", "compare.md", "report.md", "report.html"} <= {p.name for p in out.iterdir()}
     assert "no regression" in (out / "compare.md").read_text()
     assert "image_digest" in (out / "compare.md").read_text()  # shown, accepted
+    assert cli(*publish).exit_code == 0
+    summary = (Path(env["SITE"]) / "summary.md").read_text()
+    assert "0 regression(s) in the latest runs" in summary and "https://example.org/suite/index.html" in summary
 
 
 def test_a_regression_fails_the_compare_step(cli, tmp_path):
     cells = make_cells(**CELLS)
-    env, (junit, md, _) = night(tmp_path, cells, "sha256:bbb", slow=cells[0].id)
+    env, (junit, md, _, publish) = night(tmp_path, cells, "sha256:bbb", slow=cells[0].id)
     assert cli(*junit).exit_code == 1
     assert cli(*md).exit_code == 1
     assert "**regression**" in (Path(env["REPORT"]) / "compare.md").read_text()
+    assert cli(*publish).exit_code == 0  # publishing shows regressions; compare is the gate
+    summary = (Path(env["SITE"]) / "summary.md").read_text()
+    # one run a side: compare's verdict is the threshold's alone, and the summary says so
+    assert "0 regression(s) in the latest runs, 2 past the threshold with no noise estimate yet" in summary
+    assert f"(https://example.org/suite/s/zero-stages/{cells[0].id}.html)" in summary
 
 
 def test_another_torch_is_refused(cli, tmp_path):
-    _, (_, md, _) = night(tmp_path, make_cells(**CELLS), "sha256:bbb", torch="2.15.0")
+    _, (_, md, _, _) = night(tmp_path, make_cells(**CELLS), "sha256:bbb", torch="2.15.0")
     result = cli(*md)
     assert result.exit_code == 2 and "torch" in result.stderr

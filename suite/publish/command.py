@@ -23,7 +23,7 @@ from suite.publish.html import CSS
 from suite.publish.series import Group, ScenarioView, build
 from suite.results.store import write_atomic
 
-TEMPLATE = 1  # bump when the pages' HTML changes, so every page is rendered again
+TEMPLATE = 2  # bump when the pages' HTML changes, so every page is rendered again
 
 
 @dataclass

@@ -17,11 +17,10 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.
        padding: 0 1rem; color: #222; }
 nav { font-size: 0.9rem; margin-bottom: 1rem; } nav a { margin-right: 0.75rem; }
 table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.85rem; }
-th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; white-space: nowrap;
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; white-space: nowrap;
          vertical-align: top; }
-th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
-td.text, th.text { text-align: left; white-space: normal; }
-.bad, tr.regression td.verdict { color: #cf222e; font-weight: bold; } .good { color: #1a7f37; }
+th { background: #f2f2f2; } td.n { text-align: right; } td.text { white-space: normal; min-width: 24rem; }
+.bad, tr.regression .verdict { color: #cf222e; font-weight: bold; } .good { color: #1a7f37; }
 .suspect { color: #9a6700; }
 tr.regression { background: #fff0f0; }
 .spread, .muted { color: #666; font-size: 0.8em; }
@@ -50,14 +49,18 @@ def page(title: str, body: str, depth: int) -> str:
             f"<h1>{escape(title)}</h1>\n{body}\n</body></html>\n")
 
 
-def table(header: Iterable[str], rows: Iterable[Iterable[str]], row_classes: Iterable[str] = ()) -> str:
-    """Cells are HTML already (escape text with esc()); header is plain text."""
+def table(header: Iterable[str], rows: Iterable[Iterable[str]], row_classes: Iterable[str] = (),
+          num: Iterable[int] = (), wrap: Iterable[int] = ()) -> str:
+    """Cells are HTML already (escape text with esc()); header is plain text.  Columns in `num` are numbers
+    (right-aligned), those in `wrap` long text (wrapped)."""
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    classes = list(row_classes)
+    classes, num, wrap = list(row_classes), set(num), set(wrap)
     body = []
     for i, row in enumerate(rows):
         cls = f' class="{classes[i]}"' if i < len(classes) and classes[i] else ""
-        body.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>")
+        tds = (f'<td class="n">{c}</td>' if j in num else f'<td class="text">{c}</td>' if j in wrap else f"<td>{c}</td>"
+               for j, c in enumerate(row))
+        body.append(f"<tr{cls}>" + "".join(tds) + "</tr>")
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(body) + \
         "\n</tbody></table></div>"
 
@@ -80,17 +83,17 @@ def number(metric: str, value: float | None) -> str:
     return f"{value:.4f}"
 
 
-def with_spread(metric: str, p: Point, nights: float | None = None, n_nights: int = 0, quiet: bool = False) -> str:
-    """The value and how much it moves between runs: between this run's repeats, else night to night (quiet:
-    say nothing when neither is known)."""
+def with_spread(metric: str, p: Point, runs_sd: float | None = None, n_runs: int = 0, quiet: bool = False) -> str:
+    """The value and how much it moves between runs: between this run's repeats, else from run to run over
+    the machine's latest runs (runs_sd, over n_runs); quiet: say nothing when neither is known."""
     text = esc(number(metric, p.values.get(metric)))
     sd = p.spread.get(metric)
     if p.values.get(metric) is None:
         return text
     if sd is not None:
         text += f' <span class="spread">±{sd:.1%} ({p.repeats} rep)</span>'
-    elif nights is not None:
-        text += f' <span class="spread">±{nights:.1%} ({n_nights} nights)</span>'
+    elif runs_sd is not None:
+        text += f' <span class="spread">±{runs_sd:.1%} ({n_runs} runs)</span>'
     elif metric in ("step_time", "tokens_per_s") and not quiet:
         text += ' <span class="spread">(1 run)</span>'
     return text

@@ -67,11 +67,12 @@ def flagged(views: list[ScenarioView], kind: str = "regressions") -> list[tuple[
 def _flag_rows(items, depth: int) -> list[list[str]]:
     return [[esc(p.run.manifest.created_at[:16].replace("T", " ")), link(href(depth, scenario_path(v)), v.name),
              link(href(depth, cell_path(v, f.cell_id)), v.cells.get(f.cell_id, f.cell_id)), esc(m.machine.label),
-             esc(f.metric), esc("" if f.change is None else f"{f.change:+.1%}"), f'<span class="text">{esc(f.detail)}</span>',
+             esc(f.metric), esc("" if f.change is None else f"{f.change:+.1%}"), esc(f.detail),
              link(href(depth, run_path(p.run_key)), p.run.manifest.run_id)] for v, m, p, f in items]
 
 
 FLAG_HEADER = ["when (UTC)", "scenario", "cell", "machine", "metric", "change", "why", "run"]
+FLAG_COLUMNS = dict(num=(5,), wrap=(6,))
 
 
 def index_html(views: list[ScenarioView]) -> str:
@@ -96,15 +97,15 @@ def index_html(views: list[ScenarioView]) -> str:
             "spread is the noise a change must exceed).</p>",
             "<h2>Scenarios: the latest run of every machine</h2>",
             table(["scenario", "group (comparable)", "machine", "runs", "latest run", "when (UTC)", "commit",
-                   "statuses", "verdicts vs. earlier runs"], rows),
+                   "statuses", "verdicts vs. earlier runs"], rows, num=(3,)),
             f"<h2>Regressions in the latest runs ({len(recent)})</h2>",
-            table(FLAG_HEADER, _flag_rows(recent, 0)) if recent else "<p>None.</p>",
+            table(FLAG_HEADER, _flag_rows(recent, 0), **FLAG_COLUMNS) if recent else "<p>None.</p>",
             *([f"<h3>Past the threshold with no noise estimate yet ({len(suspects)})</h3>",
                '<p class="muted">Fewer than 5 earlier runs and fewer than 3 repeats: <code>suite compare</code> '
                "flags these too (saying so); a few more nights or <code>--repeats 3</code> tell them from noise.</p>",
-               table(FLAG_HEADER, _flag_rows(suspects, 0))] if suspects else []),
+               table(FLAG_HEADER, _flag_rows(suspects, 0), **FLAG_COLUMNS)] if suspects else []),
             f"<h2>Every run flagged as a regression ({len(every)})</h2>",
-            table(FLAG_HEADER, _flag_rows(every[:MAX_FLAGGED], 0)) if every else "<p>None.</p>"]
+            table(FLAG_HEADER, _flag_rows(every[:MAX_FLAGGED], 0), **FLAG_COLUMNS) if every else "<p>None.</p>"]
     if len(every) > MAX_FLAGGED:
         body.append(f'<p class="muted">The {MAX_FLAGGED} newest are shown; index.json lists all {len(every)}.</p>')
     return page("suite results", "\n".join(body), 0)
@@ -131,13 +132,18 @@ def _column_heads(machines: list[MachineRuns]) -> list[str]:
 def scenario_html(view: ScenarioView) -> str:
     groups = view.groups()
     body = [f"<p>{len(view.cells)} cell(s); numbers are the latest run of each machine, with the spread between "
-            "runs (between the run's repeats, else night to night over the machine's latest runs).</p>"]
+            "runs (between the run's repeats, else from run to run over the machine's latest 10 runs).</p>"]
     for group in groups:
         machines = [m for m in view.machines if m.machine.group == group]
         heads = _column_heads(machines)
         body += [f"<h2>{esc(group.label)}</h2>", _apart(group, groups)]
         cells = [c for c in view.cells if any(c in m.points for m in machines)]
-        for metric in TABLE_METRICS:
+        empty = [k for k in TABLE_METRICS if not any(p.values.get(k) is not None for m in machines
+                                                      for pts in m.points.values() for p in pts)]
+        if empty:
+            body.append('<p class="muted">No values of ' + esc(", ".join(metric_label(k) for k in empty))
+                        + (" (MFU needs the device's peak FLOPs: GPU runs)" if "mfu" in empty else "") + ".</p>")
+        for metric in [k for k in TABLE_METRICS if k not in empty]:
             rows = []
             for c in cells:
                 row = [link(f"{slug(c)}.html", view.cells[c])]
@@ -155,8 +161,8 @@ def scenario_html(view: ScenarioView) -> str:
                         cell += ' <span class="bad">regression</span>'
                     row.append(cell)
                 rows.append(row)
-            body += [f"<h3>{esc(metric_label(metric))}</h3>", table(["cell", *heads], rows)]
-    return page(f"{view.name}", "\n".join(body), 2)
+            body += [f"<h3>{esc(metric_label(metric))}</h3>", table(["cell", *heads], rows, num=range(1, len(heads) + 1))]
+    return page(view.name, "\n".join(body), 2)
 
 
 def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> str:
@@ -179,11 +185,12 @@ def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> st
         rows = [[esc(p.run.manifest.created_at[:16].replace("T", " ")), esc(m.machine.label),
                  link(href(2, run_path(p.run_key)), p.run.manifest.run_id), esc((p.run.manifest.git_commit or "-")[:7]),
                  esc((p.run.manifest.container_image_digest or "-")[:19]), esc(p.status),
-                 f'<span class="verdict">{verdict_text(p)}</span>', *[with_spread(k, p, quiet=True) for k in TABLE_METRICS]]
+                 f'<span class="verdict">{verdict_text(p)}</span>',
+                 *[with_spread(k, p, quiet=True) for k in TABLE_METRICS]]
                 for m, p in pts]
         body.append(table(["when (UTC)", "machine", "run", "commit", "image digest", "status", "verdict",
-                           *[metric_label(k) for k in TABLE_METRICS]], rows,
-                          ["regression" if p.regressions else "" for _, p in pts]))
+                           *[metric_label(k) for k in TABLE_METRICS]], rows, num=range(7, 7 + len(TABLE_METRICS)),
+                          row_classes=["regression" if p.regressions else "" for _, p in pts]))
     return page(f"{view.name}: {view.cells.get(cell_id, cell_id)}", "\n".join(body), 2)
 
 
@@ -194,7 +201,7 @@ MANIFEST_FIELDS = ("run_id", "scenario", "created_at", "hostname", "suite_versio
 
 def run_html(key: str, run: Run, view: ScenarioView) -> str:
     m = run.manifest
-    info = [[esc(f), f'<span class="text">{esc(getattr(m, f))}</span>'] for f in MANIFEST_FIELDS]
+    info = [[esc(f), esc(getattr(m, f))] for f in MANIFEST_FIELDS]
     cells = {}
     for r in run.results:
         cells.setdefault(r.cell_id, []).append(r)
@@ -206,8 +213,9 @@ def run_html(key: str, run: Run, view: ScenarioView) -> str:
                      verdict_text(p) if p else "-"])
     body = [f"<p>{link(href(1, scenario_path(view)), view.name)} · the manifest as stored: "
             f"{link(f'{key}.json', f'{key}.json')}</p>", '<h2 id="manifest">Manifest</h2>',
-            table(["field", "value"], info), "<h2>Cells</h2>",
-            table(["cell", "status", "repeats", *[metric_label(k) for k in TABLE_METRICS], "verdict"], rows)]
+            table(["field", "value"], info, wrap=(1,)), "<h2>Cells</h2>",
+            table(["cell", "status", "repeats", *[metric_label(k) for k in TABLE_METRICS], "verdict"], rows,
+                  num=range(2, 3 + len(TABLE_METRICS)))]
     return page(f"run {m.scenario}/{m.run_id} on {m.hostname}", "\n".join(body), 1)
 
 

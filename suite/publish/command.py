@@ -64,6 +64,7 @@ class _Writer:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, render(), overwrite=True)
+        path.chmod(0o644)  # a site is for reading: a static host serving it as another user must read it too
         self.state.pages[rel] = digest
         self.result.rendered.append(rel)
 

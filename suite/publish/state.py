@@ -135,4 +135,6 @@ def save_state(site: Path, state: SiteState, shown: dict[str, Any]) -> Path:
     doc = {"format": FORMAT, "version": VERSION, "suite_version": __version__,
            "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **_finite(shown),
            "runs": state.runs, "pages": state.pages}
-    return write_atomic(site / INDEX, json.dumps(doc, separators=(",", ":")) + "\n", overwrite=True)
+    path = write_atomic(site / INDEX, json.dumps(doc, separators=(",", ":")) + "\n", overwrite=True)
+    path.chmod(0o644)  # served with the pages
+    return path

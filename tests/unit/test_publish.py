@@ -121,6 +121,8 @@ def test_every_link_inside_the_site_resolves(site):
                 continue
             target = (page.parent / unquote(parts.path)).resolve()
             assert target.is_file() and site.resolve() in target.parents, f"{page}: {url} -> 404"
+    for f in site.rglob("*"):  # a static host serving the folder as another user can read every file
+        assert f.stat().st_mode & 0o444 == 0o444, f"{f}: mode {f.stat().st_mode:o}"
 
 
 def test_publishing_again_renders_only_what_changed(nights, tmp_path):

@@ -12,18 +12,35 @@ Exit codes: 0 published (regressions do not fail publishing: `compare` gates, th
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import importlib.metadata
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite import __version__
 from suite.publish import pages, state as site_state
 from suite.publish.html import CSS
 from suite.publish.series import Group, ScenarioView, build
 from suite.results.store import write_atomic
 
-TEMPLATE = 2  # bump when the pages' HTML changes, so every page is rendered again
+TEMPLATE = 2  # part of every page's digest, with the code that renders pages (below)
+
+
+@functools.lru_cache(maxsize=1)
+def _code() -> str:
+    """What renders the pages: this package's source, suite's and matplotlib's versions.  Part of every page's
+    digest, so a changed template or figure renders every page again without anyone remembering to bump."""
+    try:
+        mpl = importlib.metadata.version("matplotlib")
+    except importlib.metadata.PackageNotFoundError:  # publish refuses to run without it (require_matplotlib)
+        mpl = "-"
+    h = hashlib.sha256(f"{TEMPLATE} {__version__} {mpl}".encode())
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
 
 
 @dataclass
@@ -34,21 +51,21 @@ class Published:
     runs: int = 0          # runs the site holds
     rendered: list[str] = field(default_factory=list)
     unchanged: int = 0
-    regressions: int = 0   # in the latest run of each machine
+    regressions: int = 0   # in the runs added now
     suspects: int = 0      # ... timing past the threshold with no noise estimate yet
     seconds: float = 0.0
 
 
 def _digest(data: object) -> str:
-    return hashlib.sha256(json.dumps([TEMPLATE, data], sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return hashlib.sha256(json.dumps([_code(), data], sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 def _cell_data(view: ScenarioView, cell_id: str) -> object:
     """Everything a cell page shows, for its digest."""
     return [view.name, view.cells.get(cell_id), view.axes.get(cell_id), [g.label for g in view.groups()],
             [[m.machine.label, m.machine.group.label,
-              [[p.run_key, p.status, p.repeats, p.values, p.spread, p.band,
-                [[f.metric, f.verdict, f.change, f.detail] for f in p.findings]] for p in m.points[cell_id]]]
+              [[p.run_key, p.status, p.repeats, p.measured, p.values, p.spread, p.band, p.env,
+                [[f.metric, f.verdict, f.method, f.change, f.detail] for f in p.findings]] for p in m.points[cell_id]]]
              for m in view.machines if cell_id in m.points]]
 
 
@@ -61,6 +78,8 @@ class _Writer:
         path = self.site / rel
         if self.state.pages.get(rel) == digest and path.is_file():
             self.result.unchanged += 1
+            if path.stat().st_mode & 0o444 != 0o444:  # a site written before pages were made readable
+                path.chmod(0o644)
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, render(), overwrite=True)
@@ -76,12 +95,12 @@ def _figures(view: ScenarioView, cell_id: str) -> dict[Group, str]:
     from suite.publish.trend import trend_svg
 
     out = {}
-    for group in view.groups():
+    for i, group in enumerate(view.groups()):
         lines = [(m.machine.label, m.points[cell_id]) for m in view.machines
                  if m.machine.group == group and cell_id in m.points]
         if lines:
             out[group] = trend_svg(lines, lambda p: "../../" + pages.run_path(p.run_key),
-                                   salt=f"{view.slug}-{cell_id}-{group.label}")
+                                   salt=f"{view.slug}-{cell_id}-{group.label}", prefix=f"g{i}-")
     return out
 
 
@@ -116,14 +135,13 @@ def shown(views: list[ScenarioView]) -> dict:
     }
 
 
-def summary_md(views: list[ScenarioView], base_url: str | None) -> str:
-    """The latest runs' regressions (and timing changes past the threshold with no noise estimate yet), with
-    links to their cell pages: the nightly job's summary."""
+def summary_md(views: list[ScenarioView], added: set[str], base_url: str | None) -> str:
+    """The regressions (and timing changes past the threshold with no noise estimate yet) of the runs this
+    publish added, with links to their cell pages: the nightly job's summary."""
     base = (base_url.rstrip("/") + "/") if base_url else ""
-    latest = {m.latest[0] for v in views for m in v.machines}
-    bad = [x for x in pages.flagged(views) if x[2].run_key in latest]
-    suspects = [x for x in pages.flagged(views, "suspects") if x[2].run_key in latest]
-    lines = [f"## suite publish: {len(bad)} regression(s) in the latest runs"
+    bad = [x for x in pages.flagged(views) if x[2].run_key in added]
+    suspects = [x for x in pages.flagged(views, "suspects") if x[2].run_key in added]
+    lines = [f"## suite publish: {len(bad)} regression(s) in the {len(added)} run(s) published now"
              + (f", {len(suspects)} past the threshold with no noise estimate yet" if suspects else ""), ""]
     if base:
         lines += [f"Site: [{base}index.html]({base}index.html)", ""]
@@ -134,11 +152,16 @@ def summary_md(views: list[ScenarioView], base_url: str | None) -> str:
             continue
         lines += [f"### {title}", "", "| scenario | cell | machine | metric | change | why |", "|---|---|---|---|---|---|"]
         for v, m, p, f in items:
+            cell = f"[{_md(v.cells.get(f.cell_id, f.cell_id))}]({base}{pages.cell_path(v, f.cell_id)})"
             change = "" if f.change is None else f"{f.change:+.1%}"
-            lines.append(f"| {v.name} | [{v.cells.get(f.cell_id, f.cell_id)}]({base}{pages.cell_path(v, f.cell_id)}) "
-                         f"| {m.machine.label} | {f.metric} | {change} | {f.detail.replace('|', '/')} |")
+            lines.append(f"| {_md(v.name)} | {cell} | {_md(m.machine.label)} | {f.metric} | {change} | {_md(f.detail)} |")
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _md(text: str) -> str:
+    """Text from results inside a Markdown table cell: no column breaks, no markup, no HTML."""
+    return "".join("\\" + c if c in "|[]*`<>" else c for c in str(text).replace("\n", " "))
 
 
 def publish(paths: list[Path], site: Path, history: int = 10, base_url: str | None = None,
@@ -148,8 +171,9 @@ def publish(paths: list[Path], site: Path, history: int = 10, base_url: str | No
     result = Published(site)
     added, result.known = site_state.ingest(paths, st, progress)
     result.added = len(added)
-    if not st.runs:
-        raise site_state.SiteError(f"no run folders (with a manifest.json) under {', '.join(map(str, paths))}")
+    from suite.publish.trend import require_matplotlib
+
+    require_matplotlib()  # before a single page is written
     runs = site_state.runs_of(st, site)
     result.runs = len(runs)
     views = build(runs, history)
@@ -165,11 +189,10 @@ def publish(paths: list[Path], site: Path, history: int = 10, base_url: str | No
         for cell_id in view.cells:
             w.put(pages.cell_path(view, cell_id), _digest(_cell_data(view, cell_id)),
                   lambda v=view, c=cell_id: pages.cell_html(v, c, _figures(v, c)))
-    w.text("index.html", pages.index_html(views))
-    w.text("summary.md", summary_md(views, base_url))
-    latest = {m.latest[0] for v in views for m in v.machines}
-    result.regressions = sum(1 for x in pages.flagged(views) if x[2].run_key in latest)
-    result.suspects = sum(1 for x in pages.flagged(views, "suspects") if x[2].run_key in latest)
+    w.text("index.html", pages.index_html(views, history))
+    w.text("summary.md", summary_md(views, set(added), base_url))
+    result.regressions = sum(1 for x in pages.flagged(views) if x[2].run_key in added)
+    result.suspects = sum(1 for x in pages.flagged(views, "suspects") if x[2].run_key in added)
     site_state.save_state(site, st, shown(views))
     result.seconds = time.perf_counter() - t0
     return result
@@ -200,7 +223,7 @@ def run(paths: list[Path], site: Path, history: int, base_url: str | None) -> in
         return EXIT_ENVIRONMENT
     err_console.print(f"published {done.added} new run(s) ({done.known} already there, {done.runs} in all): "
                       f"{len(done.rendered)} file(s) written, {done.unchanged} unchanged, in {done.seconds:.1f} s; "
-                      f"{done.regressions} regression(s) in the latest runs"
+                      f"{done.regressions} regression(s) in the new runs"
                       + (f" ({done.suspects} more past the threshold, no noise estimate yet)" if done.suspects else "")
                       + f" -> {site / 'index.html'}",
                       highlight=False, markup=False, soft_wrap=True)

@@ -91,7 +91,7 @@ def with_spread(metric: str, p: Point, runs_sd: float | None = None, n_runs: int
     if p.values.get(metric) is None:
         return text
     if sd is not None:
-        text += f' <span class="spread">±{sd:.1%} ({p.repeats} rep)</span>'
+        text += f' <span class="spread">±{sd:.1%} ({p.measured} rep)</span>'
     elif runs_sd is not None:
         text += f' <span class="spread">±{runs_sd:.1%} ({n_runs} runs)</span>'
     elif metric in ("step_time", "tokens_per_s") and not quiet:
@@ -113,6 +113,10 @@ def verdict_text(p: Point) -> str:
     good = [f for f in p.findings if f.verdict == "improvement"]
     if good:
         return ", ".join(f'<span class="good" title="{esc(f.detail)}">{esc(f.metric)} better</span>' for f in good)
+    measured = [f for f in p.findings if f.metric != "status"]
+    if measured and all(f.verdict in ("inconclusive", "skipped") for f in measured):
+        why = "; ".join(f"{f.metric}: {f.detail}" for f in measured if f.detail)
+        return f'<span class="muted" title="{esc(why)}">inconclusive</span>'
     return '<span class="muted">unchanged</span>'
 
 

@@ -2,7 +2,7 @@
 
     index.html, index.json, style.css, summary.md
     s/<scenario>/index.html          the latest run of every machine side by side, one table per group
-    s/<scenario>/<cell>.html         the cell's trend per group (trend.py) and every point, newest first
+    s/<scenario>/cell-<cell>.html    the cell's trend per group (trend.py) and every point, newest first
     runs/<key>.html, runs/<key>.json the run's manifest (versions, commit, image digest, driver) and its cells
 """
 
@@ -27,7 +27,12 @@ def scenario_path(view: ScenarioView) -> str:
 
 
 def cell_path(view: ScenarioView, cell_id: str) -> str:
-    return f"s/{view.slug}/{slug(cell_id)}.html"
+    return f"s/{view.slug}/{cell_file(cell_id)}"
+
+
+def cell_file(cell_id: str) -> str:
+    """A cell page's name in its scenario's folder (prefixed: no cell id can be the scenario's index.html)."""
+    return f"cell-{slug(cell_id)}.html"
 
 
 def run_path(key: str) -> str:
@@ -75,7 +80,7 @@ FLAG_HEADER = ["when (UTC)", "scenario", "cell", "machine", "metric", "change", 
 FLAG_COLUMNS = dict(num=(5,), wrap=(6,))
 
 
-def index_html(views: list[ScenarioView]) -> str:
+def index_html(views: list[ScenarioView], history: int = 10) -> str:
     rows = []
     for v in views:
         for m in v.machines:
@@ -93,7 +98,7 @@ def index_html(views: list[ScenarioView]) -> str:
     suspects = [x for x in flagged(views, "suspects") if x[2].run_key in latest_keys]
     body = [f"<p>{len(views)} scenario(s), {sum(len(m.runs) for v in views for m in v.machines)} run(s) on "
             f"{len({m.machine for v in views for m in v.machines})} machine(s).  Each run is judged by "
-            "<code>suite compare</code> against the earlier runs of its machine (up to 10: from 5 on, their "
+            f"<code>suite compare</code> against the earlier runs of its machine (up to {history}: from 5 on, their "
             "spread is the noise a change must exceed).</p>",
             "<h2>Scenarios: the latest run of every machine</h2>",
             table(["scenario", "group (comparable)", "machine", "runs", "latest run", "when (UTC)", "commit",
@@ -109,6 +114,14 @@ def index_html(views: list[ScenarioView]) -> str:
     if len(every) > MAX_FLAGGED:
         body.append(f'<p class="muted">The {MAX_FLAGGED} newest are shown; index.json lists all {len(every)}.</p>')
     return page("suite results", "\n".join(body), 0)
+
+
+def _env_note(p: Point) -> str:
+    """What differs from the earlier runs' environment (compare's --strict would refuse these)."""
+    if not p.env:
+        return ""
+    return f'<br><span class="suspect" title="{esc("; ".join(p.env))}">environment differs: ' \
+        + esc(", ".join(e.split(" (")[0] for e in p.env)) + "</span>"
 
 
 def _apart(group: Group, groups: list[Group]) -> str:
@@ -146,7 +159,7 @@ def scenario_html(view: ScenarioView) -> str:
         for metric in [k for k in TABLE_METRICS if k not in empty]:
             rows = []
             for c in cells:
-                row = [link(f"{slug(c)}.html", view.cells[c])]
+                row = [link(cell_file(c), view.cells[c])]
                 for m in machines:
                     pts = m.points.get(c, [])
                     last = pts[-1] if pts and pts[-1].run_key == m.latest[0] else None
@@ -185,7 +198,7 @@ def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> st
         rows = [[esc(p.run.manifest.created_at[:16].replace("T", " ")), esc(m.machine.label),
                  link(href(2, run_path(p.run_key)), p.run.manifest.run_id), esc((p.run.manifest.git_commit or "-")[:7]),
                  esc((p.run.manifest.container_image_digest or "-")[:19]), esc(p.status),
-                 f'<span class="verdict">{verdict_text(p)}</span>',
+                 f'<span class="verdict">{verdict_text(p)}</span>' + _env_note(p),
                  *[with_spread(k, p, quiet=True) for k in TABLE_METRICS]]
                 for m, p in pts]
         body.append(table(["when (UTC)", "machine", "run", "commit", "image digest", "status", "verdict",
@@ -211,8 +224,11 @@ def run_html(key: str, run: Run, view: ScenarioView) -> str:
         rows.append([link(href(1, cell_path(view, cid)), view.cells.get(cid, cid)), esc(results[0].status),
                      str(len(results)), *[esc(number(k, p.values.get(k) if p else None)) for k in TABLE_METRICS],
                      verdict_text(p) if p else "-"])
-    body = [f"<p>{link(href(1, scenario_path(view)), view.name)} · the manifest as stored: "
-            f"{link(f'{key}.json', f'{key}.json')}</p>", '<h2 id="manifest">Manifest</h2>',
+    env = next((p.env for mr in view.machines for pts in mr.points.values() for p in pts if p.run_key == key), [])
+    body = [f"<p>{link(href(1, scenario_path(view)), view.name)} · the manifest as JSON: "
+            f"{link(f'{key}.json', f'{key}.json')}</p>",
+            *([f'<p class="suspect">The environment differs from the machine\'s earlier runs: {esc("; ".join(env))}'
+               "</p>"] if env else []), '<h2 id="manifest">Manifest</h2>',
             table(["field", "value"], info, wrap=(1,)), "<h2>Cells</h2>",
             table(["cell", "status", "repeats", *[metric_label(k) for k in TABLE_METRICS], "verdict"], rows,
                   num=range(2, 3 + len(TABLE_METRICS)))]

@@ -94,6 +94,8 @@ class Point:
     band: dict[str, tuple[float, float]]      # noise band from the machine's history (timing), shown units
     findings: list[Finding] = field(default_factory=list)  # compare's verdicts against the earlier runs
     peak_scope: str | None = None
+    env: list[str] = field(default_factory=list)  # what differs from the earlier runs' environment (compare's)
+    measured: int = 0                               # repeats with a measured step time (the spread's n)
 
     @property
     def regressions(self) -> list[Finding]:
@@ -125,7 +127,7 @@ def point(key: str, run: Run, results: list[CellResult], findings: list[Finding]
             scale = 1e3 if f.metric == "step_time" else 1.0
             band[f.metric] = (f.band[0] * scale, f.band[1] * scale)
     return Point(key, run, side.status, len(results), values,
-                 {"step_time": _rel_sd(step), "tokens_per_s": _rel_sd(tok)}, band, findings, scope)
+                 {"step_time": _rel_sd(step), "tokens_per_s": _rel_sd(tok)}, band, findings, scope, measured=len(step))
 
 
 @dataclass
@@ -139,10 +141,12 @@ class MachineRuns:
 
     @property
     def latest(self) -> tuple[str, Run]:
-        return self.keys[-1], self.runs[-1]
+        """The newest run that holds cell results (a run folder killed while starting holds none)."""
+        i = next((i for i in range(len(self.runs) - 1, -1, -1) if self.runs[i].results), len(self.runs) - 1)
+        return self.keys[i], self.runs[i]
 
     def latest_findings(self) -> list[Finding]:
-        key = self.keys[-1]
+        key = self.latest[0]
         return [f for pts in self.points.values() for p in pts if p.run_key == key for f in p.findings]
 
 
@@ -165,16 +169,23 @@ class ScenarioView:
 def _judge(machine: Machine, keyed: list[tuple[str, Run]], history: int) -> MachineRuns:
     mr = MachineRuns(machine, [k for k, _ in keyed], [r for _, r in keyed])
     for i, (key, run) in enumerate(keyed):
-        prior = mr.runs[max(0, i - history):i]
+        # every earlier run: compare keeps, per cell, the latest `history` runs that hold it (as it does for a
+        # baseline folder), so a night that skipped a cell does not shorten that cell's history
+        prior = [r for r in mr.runs[:i] if r.results]
         by_cell: dict[str, list[Finding]] = {}
-        if prior:
-            for f in compare(prior, [run], history=history).findings:
+        env: list[str] = []
+        if prior and run.results:
+            done = compare(prior, [run], history=history)
+            env = [f"{d.field} ({d.baseline} -> {d.current})" for d in done.env]
+            for f in done.findings:
                 by_cell.setdefault(f.cell_id, []).append(f)
         cells: dict[str, list[CellResult]] = {}
         for r in run.results:
             cells.setdefault(r.cell_id, []).append(r)
         for cell_id, results in cells.items():
-            mr.points.setdefault(cell_id, []).append(point(key, run, results, by_cell.get(cell_id, [])))
+            p = point(key, run, results, by_cell.get(cell_id, []))
+            p.env = env
+            mr.points.setdefault(cell_id, []).append(p)
     return mr
 
 
@@ -196,6 +207,9 @@ def build(runs: dict[str, Run], history: int = 10) -> list[ScenarioView]:
                     latest[r.cell_id] = r
         axes = varying([Side(None, [r]) for r in latest.values()])  # type: ignore[arg-type]
         cells = {cid: describe(r, axes) or cid for cid, r in sorted(latest.items(), key=lambda kv: kv[0])}
+        seen = list(cells.values())  # the same axes, other settings (steps, optimizer): say which id
+        cells = {cid: f"{desc} ({cid})" if seen.count(desc) > 1 else desc for cid, desc in cells.items()}
+
         views.append(ScenarioView(name, slug(name), machines, dict(sorted(cells.items(), key=lambda kv: kv[1])),
                                   {cid: dict(r.axes) for cid, r in latest.items()}))
     return views

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,6 +35,7 @@ from suite.results.store import write_atomic
 
 FORMAT, VERSION = "suite-site", 1
 INDEX = "index.json"
+KEY = re.compile(r"[0-9a-f]{16}")
 ERROR_TAIL = 500  # characters of a failed cell's error kept (the run folder has all of it)
 
 
@@ -57,10 +59,12 @@ def fingerprint(run_dir: Path) -> list[list[Any]]:
 
 
 def slim(result: CellResult) -> CellResult:
-    """The result without its per-step lists (see the module docstring)."""
+    """The result without its per-step lists (see the module docstring).  A final loss that is not finite (a
+    diverged cell) becomes None, as compare reads it anyway: index.json stays plain JSON for every parser."""
     times = [stats.median(result.step_times_s)] if result.step_times_s else []
     error = result.error[-ERROR_TAIL:] if result.error else result.error
-    return result.model_copy(update={"losses": [], "step_times_s": times, "error": error})
+    loss = result.final_loss if result.final_loss is not None and math.isfinite(result.final_loss) else None
+    return result.model_copy(update={"losses": [], "step_times_s": times, "error": error, "final_loss": loss})
 
 
 def load_state(site: Path) -> SiteState:
@@ -83,6 +87,11 @@ def load_state(site: Path) -> SiteState:
     runs, pages = doc.get("runs"), doc.get("pages")
     if not isinstance(runs, dict) or not isinstance(pages, dict):
         raise SiteError(f"{index}: damaged (runs / pages missing); publish into a new folder")
+    # keys become file names (runs/<key>.html): only what run_key makes
+    bad = next((k for k, v in runs.items() if not KEY.fullmatch(str(k)) or not isinstance(v, dict)), None)
+    if bad is not None:
+        raise SiteError(f"{index}: damaged (run {str(bad)[:40]!r} is not a run key with a record); publish into a "
+                        "new folder")
     return SiteState(runs=runs, pages={str(k): str(v) for k, v in pages.items()})
 
 
@@ -91,9 +100,15 @@ def ingest(paths: Iterable[Path], state: SiteState, progress: Callable[[str], No
     added: list[str] = []
     known = 0
     for path in paths:
-        for run_dir in reader.find_run_dirs(path):
+        found = reader.find_run_dirs(path)
+        if not found:  # a typo, or a night that wrote nothing: say so rather than publish without it
+            raise SiteError(f"{path}: no run folders (with a manifest.json) at or below it")
+        for run_dir in found:
             manifest = reader.read_manifest(run_dir)
             key, fp = run_key(manifest), fingerprint(run_dir)
+            if key in added:  # the same run twice in one call (a copy of it): the first one read counts
+                progress(f"skipped {run_dir}: the same run as one read already (same manifest)")
+                continue
             if key in state.runs and state.runs[key].get("fingerprint") == fp:
                 known += 1
                 continue
@@ -135,6 +150,6 @@ def save_state(site: Path, state: SiteState, shown: dict[str, Any]) -> Path:
     doc = {"format": FORMAT, "version": VERSION, "suite_version": __version__,
            "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **_finite(shown),
            "runs": state.runs, "pages": state.pages}
-    path = write_atomic(site / INDEX, json.dumps(doc, separators=(",", ":")) + "\n", overwrite=True)
+    path = write_atomic(site / INDEX, json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n", overwrite=True)
     path.chmod(0o644)  # served with the pages
     return path

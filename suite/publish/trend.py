@@ -8,13 +8,14 @@
 - a red ring: compare's verdict against the earlier runs was a regression for that metric; an amber ring: a
   timing change past the threshold when there was no noise estimate yet (too few earlier runs and repeats).
 The SVG keeps text as text (svg.fonttype none: small, searchable) and each set of rings is a group with an id
-`regression-<metric>-<n>` (or `suspect-...`), which the browser test looks for.  matplotlib draws it (the
+`regression-<metric>-<prefix><n>` (or `suspect-...`), which the browser test looks for.  matplotlib draws it (the
 `report` extra).
 """
 
 from __future__ import annotations
 
 import io
+import re
 from typing import Callable
 
 from suite.publish.series import METRICS, Point
@@ -57,9 +58,28 @@ def _rings(ax, points: list[Point], metric: str, x, findings: str, color: str, g
     return True
 
 
-def trend_svg(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], salt: str) -> str:
-    """lines: (machine label, its points oldest first); link(point) -> the URL of the point's run page."""
+def require_matplotlib() -> None:
+    """PlotError (with what to install) unless matplotlib imports: publish asks before it writes anything."""
+    _figure(1, 1)
+
+
+def trend_svg(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], salt: str,
+              prefix: str = "") -> str:
+    """lines: (machine label, its points oldest first); link(point) -> the URL of the point's run page;
+    prefix: makes the SVG's element ids unique among the figures of one page."""
     import matplotlib
+
+    # labels are text from the results (host names): never matplotlib's math markup ($...$)
+    with matplotlib.rc_context({"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": salt}):
+        fig = _draw(lines, link, prefix)
+        buf = io.StringIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    # matplotlib numbers its groups figure_1, axes_1, ... in every figure: unique ids on a page of several
+    return re.sub(r'id="([A-Za-z][\w.]*_\d+)"', lambda m: f'id="{prefix}{m.group(1)}"', text[text.index("<svg"):])
+
+
+def _draw(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], prefix: str):
     from matplotlib.ticker import MaxNLocator
 
     order = _order(lines)
@@ -95,11 +115,11 @@ def trend_svg(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str]
                                                                [p.band[metric][1] - m for m, p in zip(mid, banded)]],
                             fmt="none", ecolor=color, alpha=0.25, elinewidth=7, capsize=0,
                             label=f"{name}: noise band" if metric == "step_time" else None)
-            ax.plot(xs, ys, color=color, linewidth=1, label=name)
+            ax.plot(xs, ys, color=color, linewidth=1, label=name if not name.startswith("_") else " " + name)
             dots = ax.scatter(xs, ys, s=14, color=color, zorder=3)
             dots.set_urls([link(p) for p in have])
             for findings, ring_color, kind in (("regressions", RED, "regression"), ("suspects", AMBER, "suspect")):
-                if _rings(ax, have, metric, x, findings, ring_color, f"{kind}-{metric}-{marked}", link):
+                if _rings(ax, have, metric, x, findings, ring_color, f"{kind}-{metric}-{prefix}{marked}", link):
                     marked += 1
         if not drawn:
             ax.text(0.5, 0.5, "no values", transform=ax.transAxes, ha="center", va="center", fontsize=8, color="#777")
@@ -114,8 +134,4 @@ def trend_svg(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str]
                 names.append(n)
     if handles:
         fig.legend(handles, names, loc="upper center", ncols=min(4, len(names)), fontsize=8, frameon=False)
-    buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
-        fig.savefig(buf, format="svg", metadata={"Date": None})
-    text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return fig

@@ -177,6 +177,8 @@ def test_compose_run_smoke_writes_results_on_the_host(compose, images, host_refe
     assert manifest.container_image == images["image"]
     assert manifest.container_image_digest == images["digest"]
     assert manifest.git_commit.removesuffix("-dirty") == images["revision"]  # from the image (no .git inside)
+    # compose names the host (not Docker's random container id): every run here is one machine to compare
+    assert manifest.hostname == os.environ.get("SUITE_HOSTNAME", "suite")
     results = {r.cell_id: r for r in (CellResult.model_validate_json(p.read_text())
                                       for p in (runs[0] / "cells").glob("*.json"))}
     assert len(results) == 2 and all(r.status == "ok" for r in results.values()), \

@@ -105,16 +105,17 @@ def test_scenario_page_keeps_groups_apart(site, tmp_path):
 
 
 def test_cell_page_marks_the_slow_night_on_its_trend(site, tmp_path):
-    got = probe(site, f"s/smoke/{SLOW_CELL}.html", tmp_path)
+    got = probe(site, f"s/smoke/cell-{SLOW_CELL}.html", tmp_path)
     assert len(got["svgs"]) == 3  # one trend per group
-    rings = {name.rsplit("-", 1)[0]: (w, h) for name, w, h in got["rings"]}
+    rings = {"-".join(name.split("-")[:2]): (w, h) for name, w, h in got["rings"]}  # regression-<metric>-g<i>-<n>
+    assert len({name for name, _, _ in got["rings"]}) == len(got["rings"])  # ids unique on the page
     assert set(rings) == {"regression-step_time", "regression-tokens_per_s"}, got["rings"]
     assert all(w > 0 and h > 0 for w, h in rings.values())
     assert got["flagged_rows"] == 1
     assert sum(1 for u in got["links"] if "runs/" in u) >= 16  # every point of every trend, and the table
     shot = tmp_path / "cell.png"
     run_chromium(chromium(), tmp_path, "--window-size=1280,1600", f"--screenshot={shot}",
-                 (site / "s" / "smoke" / f"{SLOW_CELL}.html").as_uri())
+                 (site / "s" / "smoke" / f"cell-{SLOW_CELL}.html").as_uri())
     from matplotlib.image import imread
 
     pixels = imread(shot)

@@ -88,7 +88,7 @@ def test_a_quiet_night_passes_and_publishes(cli, tmp_path):
     assert "image_digest" in (out / "compare.md").read_text()  # shown, accepted
     assert cli(*publish).exit_code == 0
     summary = (Path(env["SITE"]) / "summary.md").read_text()
-    assert "0 regression(s) in the latest runs" in summary and "https://example.org/suite/index.html" in summary
+    assert "0 regression(s) in the 2 run(s) published now" in summary and "https://example.org/suite/index.html" in summary
 
 
 def test_a_regression_fails_the_compare_step(cli, tmp_path):
@@ -100,8 +100,8 @@ def test_a_regression_fails_the_compare_step(cli, tmp_path):
     assert cli(*publish).exit_code == 0  # publishing shows regressions; compare is the gate
     summary = (Path(env["SITE"]) / "summary.md").read_text()
     # one run a side: compare's verdict is the threshold's alone, and the summary says so
-    assert "0 regression(s) in the latest runs, 2 past the threshold with no noise estimate yet" in summary
-    assert f"(https://example.org/suite/s/zero-stages/{cells[0].id}.html)" in summary
+    assert "0 regression(s) in the 2 run(s) published now, 2 past the threshold with no noise estimate yet" in summary
+    assert f"(https://example.org/suite/s/zero-stages/cell-{cells[0].id}.html)" in summary
 
 
 def test_another_torch_is_refused(cli, tmp_path):

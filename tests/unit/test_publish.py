@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -72,7 +73,7 @@ def test_the_planted_slow_night_is_flagged_and_nothing_else(site):
     page = (site / "index.html").read_text()
     assert slow_id in page.split("Every run flagged as a regression")[1]
     cell = (site / slow["page"]).read_text()
-    assert re.search(r'<g id="regression-step_time-\d+"', cell), "no red ring on the step-time trend"
+    assert re.search(r'<g id="regression-step_time-g0-\d+"', cell), "no red ring on the step-time trend"
     assert cell.count('<tr class="regression">') == 1
 
 
@@ -88,11 +89,18 @@ def test_the_band_comes_from_the_nights_before(site):
 
 def test_other_device_kinds_and_major_versions_are_never_merged(site):
     doc = index(site)
-    for s in doc["series"]:  # every trend line: one device kind, one major version
-        kinds = {(doc["runs"][p["run"]]["manifest"]["suite_version"].split(".")[0],
-                  ", ".join(sorted(set(doc["runs"][p["run"]]["manifest"]["devices"]))) or "cpu")
-                 for p in s["points"]}
-        assert len(kinds) == 1, s
+
+    def kind(run: str) -> tuple:  # what the run was measured on, read from its manifest here, not by suite
+        m = doc["runs"][run]["manifest"]
+        return m["suite_version"].split(".")[0], tuple(sorted(set(m["devices"]))) or ("cpu", m["cpu_model"])
+
+    for s in doc["series"]:  # every trend line: one device kind, one major version, one host
+        assert len({kind(p["run"]) for p in s["points"]}) == 1, s
+        assert {doc["runs"][p["run"]]["manifest"]["hostname"] for p in s["points"]} == {s["host"]}
+    machines = {(m["host"], m["device_kind"], m["suite_major"]): len(m["runs"])
+                for m in doc["scenarios"][0]["machines"]}
+    assert machines == {("vm", "cpu: AMD EPYC", "0"): 7, ("ci-runner-2", "cpu: AMD EPYC", "0"): 5,
+                        ("gpu-1", "NVIDIA H200", "0"): 2, ("vm", "cpu: AMD EPYC", "1"): 2}
     page = (site / "s" / "smoke" / "index.html").read_text()
     sections = re.split(r"<h2>", page)[1:]
     heads = [s.split("</h2>")[0] for s in sections]
@@ -130,7 +138,8 @@ def test_publishing_again_renders_only_what_changed(nights, tmp_path):
     first = publish([nights["b"]], out)
     assert first.added == 5 and len(first.rendered) > 0
     again = publish([nights["b"]], out)
-    assert again.added == 0 and again.known == 5 and again.rendered == []
+    assert again.added == 0 and again.known == 5
+    assert again.rendered == ["summary.md"]  # "0 runs published now": the summary is of this publish
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*.html")}
     one_more = publish([nights["b"], nights["d"]], out)  # two more runs, of another group
     assert one_more.added == 2
@@ -138,6 +147,84 @@ def test_publishing_again_renders_only_what_changed(nights, tmp_path):
         f"runs/{k}.{ext}" for k in index(out)["scenarios"][0]["machines"][-1]["runs"] for ext in ("html", "json"))
     unchanged = [p for p, t in before.items() if p.stat().st_mtime_ns == t]
     assert len(unchanged) == 5  # the first five run pages
+
+
+def test_a_resumed_run_renders_its_pages_again(nights, tmp_path):
+    """A run folder published while it ran, then resumed (one more cell file): read again, its pages redone."""
+    from site_fixtures import copy_run
+
+    root = tmp_path / "growing"
+    run = copy_run(next(nights["c"].glob("smoke/*")), root)
+    cells = sorted((run / "cells").glob("*.json"))
+    held = cells[-1].read_bytes()
+    cells[-1].unlink()
+    out = tmp_path / "site"
+    publish([root], out)
+    (run / "cells" / cells[-1].name).write_bytes(held)  # the resumed launch's result lands
+    again = publish([root], out)
+    assert again.added == 1 and again.known == 0
+    cell_id = cells[-1].name.split("-")[0]
+    assert f"s/smoke/cell-{cell_id}.html" in again.rendered  # the new cell's page
+    assert any(r.startswith("runs/") and r.endswith(".html") for r in again.rendered)
+    assert not any(f"cell-{c.name.split('-')[0]}.html" in r for c in cells[:-1] for r in again.rendered)
+
+
+def test_publish_without_matplotlib_is_a_clean_error(nights, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import matplotlib.figure -> ImportError
+    res = CliRunner().invoke(app, ["publish", str(nights["c"]), "--out", str(tmp_path / "site")])
+    assert res.exit_code == 2 and "pip install 'suite[report]'" in res.output
+    assert not (tmp_path / "site").exists() or not any((tmp_path / "site").iterdir())  # nothing half-written
+
+
+def test_a_damaged_or_foreign_site_is_refused(nights, tmp_path):
+    out = tmp_path / "site"
+    publish([nights["c"]], out)
+    doc = index(out)
+    for change, message in ((lambda d: d.update(version=99), "site format version 99"),
+                            (lambda d: d["runs"].update({"../../escape": {}}), "is not a run key"),
+                            (lambda d: d["runs"].update({"0" * 16: {"manifest": {}}}), "is damaged")):
+        damaged = json.loads(json.dumps(doc))
+        change(damaged)
+        (out / "index.json").write_text(json.dumps(damaged))
+        res = CliRunner().invoke(app, ["publish", str(nights["c"]), "--out", str(out)])
+        assert res.exit_code == 2 and message in res.output, res.output
+    assert not (tmp_path / "escape.html").exists()
+
+
+def test_slim_records_give_compares_verdicts_after_the_round_trip(tmp_path):
+    """Slim records, through index.json and back, give compare's verdicts on the full records: with repeats
+    (3 a run), a history, a diverged cell (NaN loss) and a slowed cell."""
+    from report_fixtures import make_cells, make_manifest, make_result, write_run
+
+    from suite.publish.state import SiteState, ingest, runs_of, save_state
+
+    cells = make_cells(strategy=["ddp", "zero1", "zero3"])
+    for n in range(1, 8):
+        results = [make_result(c, repeat=k, seed=10 * n + k, noise=0.05,
+                               step_time_s=0.13 if (n == 7 and c.strategy == "zero1") else 0.1,
+                               status="diverged" if c.strategy == "zero3" and n == 7 else "ok")
+                   for c in cells for k in range(3)]
+        write_run(tmp_path / "runs", make_manifest("slim", n), results)
+    full = load_runs([tmp_path / "runs"])
+    st = SiteState()
+    ingest([tmp_path / "runs"], st, lambda line: None)
+    save_state(tmp_path, st, {})
+    text = (tmp_path / "index.json").read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"index.json holds {c}: not JSON"))
+    from suite.publish.state import load_state
+
+    back = sorted(runs_of(load_state(tmp_path), tmp_path).values(), key=lambda r: r.manifest.run_id)
+
+    def verdicts(runs):
+        out = compare(runs[:-1], runs[-1:]).findings
+        return [(f.cell_id, f.metric, f.verdict, f.baseline, f.current, f.change, f.detail, f.method) for f in out]
+
+    assert verdicts(back) == verdicts(full)
+    got = {(c, m): v for c, m, v, *_ in verdicts(full)}
+    zero1 = next(c.id for c in cells if c.strategy == "zero1")
+    assert got[(zero1, "step_time")] == "regression"  # the slowed cell, judged against a history of 6
+    assert "history of 6 runs" in [f.noise for f in compare(back[:-1], back[-1:]).findings
+                                   if f.cell_id == zero1 and f.metric == "step_time"][0]
 
 
 def test_slim_records_give_compares_verdicts(tmp_path):
@@ -172,10 +259,19 @@ def test_cli_publish_and_its_errors(nights, tmp_path):
 def test_text_from_results_is_escaped(nights, tmp_path):
     from site_fixtures import copy_run
 
+    evil = "<script>alert(1)</script>"
     src = next(nights["c"].glob("smoke/*"))
     root = tmp_path / "evil"
-    copy_run(src, root, hostname="<script>alert(1)</script>")
+    run = copy_run(src, root, hostname=evil, scenario=evil, container_image=evil, cpu_model=evil)
+    cell = sorted((run / "cells").glob("*.json"))[0]
+    record = json.loads(cell.read_text())
+    record.update(status="failed", error=evil, axes={**record["axes"], "strategy": evil})
+    cell.write_text(json.dumps(record))
     out = tmp_path / "site"
     publish([root], out)
-    for page in out.rglob("*.html"):
-        assert "<script>" not in page.read_text(), page
+    pages = {p: p.read_text() for p in out.rglob("*.html")}
+    assert len(pages) == 1 + 1 + 4 + 1 and all(p.resolve().is_relative_to(out.resolve()) for p in pages)
+    for page, text in pages.items():
+        assert "<script>" not in text, page
+    shown = "".join(pages.values())
+    assert shown.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 5  # shown, as text: host, scenario, image, ...

@@ -50,6 +50,21 @@ def results_show(target: str = typer.Argument(..., help="Run folder, run name, c
         raise typer.Exit(2)
 
 
+def _archive_work(work, cannot: str):
+    """work()'s value; a refused archive exits 2 (its message), the OS refusing to write exits 3 (`cannot`)."""
+    from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT
+    from suite.results.pack import PackError
+
+    try:
+        return work()
+    except PackError as exc:
+        _error(exc)
+        raise typer.Exit(EXIT_INPUT)
+    except OSError as exc:
+        _error(f"{cannot} ({exc})")
+        raise typer.Exit(EXIT_ENVIRONMENT)
+
+
 @results_app.command("pack")
 def results_pack(runs: List[Path] = typer.Argument(..., help="Run folders, scenario folders or results trees."),
                  out: Path = typer.Option(..., "--out", help="The .tar.gz to write (never overwritten); its sha256 "
@@ -59,17 +74,10 @@ def results_pack(runs: List[Path] = typer.Argument(..., help="Run folders, scena
     Each run's manifest, scenario.yaml, runlog.jsonl and cells/ are packed; work/ (rank records, logs,
     checkpoints: possibly large) is left out.
     """
-    from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, console, nbytes
-    from suite.results.pack import PackError, pack
+    from suite.console import console, nbytes
+    from suite.results.pack import pack
 
-    try:
-        info = pack(runs, out)
-    except PackError as exc:
-        _error(exc)
-        raise typer.Exit(EXIT_INPUT)
-    except OSError as exc:
-        _error(f"{out}: cannot write the archive ({exc})")
-        raise typer.Exit(EXIT_ENVIRONMENT)
+    info = _archive_work(lambda: pack(runs, out), f"{out}: cannot write the archive")
     console.print(f"packed {len(info.runs)} run(s), {info.files} file(s), {nbytes(info.bytes)} into {info.path} "
                   f"({nbytes(info.archive_bytes)})\nsha256 {info.sha256} (also in {info.sha256_path})",
                   markup=False, highlight=False, soft_wrap=True)
@@ -81,17 +89,9 @@ def results_unpack(archive: Path = typer.Argument(..., help="A .tar.gz made by `
                    sha256: Optional[str] = typer.Option(None, "--sha256", help="The archive's sha256, obtained out "
                                                         "of band: refuse the archive unless it matches.")) -> None:
     """Verify an archive's checksums, then unpack its run folders (all or none; existing identical ones are skipped)."""
-    from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, console
-    from suite.results.pack import PackError
+    from suite.console import console
     from suite.results.unpack import unpack
 
-    try:
-        done = unpack(archive, into, sha256)
-    except PackError as exc:
-        _error(exc)
-        raise typer.Exit(EXIT_INPUT)
-    except OSError as exc:
-        _error(f"{into}: cannot unpack there ({exc})")
-        raise typer.Exit(EXIT_ENVIRONMENT)
+    done = _archive_work(lambda: unpack(archive, into, sha256), f"{into}: cannot unpack there")
     lines = [f"unpacked {p}" for p in done] + [f"skipped {p} (there already, identical)" for p in done.skipped]
     console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)

@@ -19,7 +19,7 @@ nav { font-size: 0.9rem; margin-bottom: 1rem; } nav a { margin-right: 0.75rem; }
 table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.85rem; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; white-space: nowrap;
          vertical-align: top; }
-th { background: #f2f2f2; } td.n { text-align: right; } td.text { white-space: normal; min-width: 24rem; }
+th { background: #f2f2f2; } td.n { text-align: right; } td.text { white-space: normal; min-width: 16rem; }
 .bad, tr.regression .verdict { color: #cf222e; font-weight: bold; } .good { color: #1a7f37; }
 .suspect { color: #9a6700; }
 tr.regression { background: #fff0f0; }
@@ -111,8 +111,11 @@ def verdict_text(p: Point) -> str:
         return ", ".join(f'<span class="suspect" title="{esc(f.detail)}">{esc(f.metric)} {f.change:+.1%}, no noise '
                          'estimate yet</span>' for f in p.suspects)
     good = [f for f in p.findings if f.verdict == "improvement"]
-    if good:
-        return ", ".join(f'<span class="good" title="{esc(f.detail)}">{esc(f.metric)} better</span>' for f in good)
+    if good:  # a threshold-only improvement is as unsure as a threshold-only regression: said so, not green
+        return ", ".join(f'<span class="good" title="{esc(f.detail)}">{esc(f.metric)} better</span>'
+                         if f.method != "threshold" else
+                         f'<span class="muted" title="{esc(f.detail)}">{esc(f.metric)} {f.change:+.1%}, no noise '
+                         'estimate yet</span>' for f in good)
     measured = [f for f in p.findings if f.metric != "status"]
     if measured and all(f.verdict in ("inconclusive", "skipped") for f in measured):
         why = "; ".join(f"{f.metric}: {f.detail}" for f in measured if f.detail)

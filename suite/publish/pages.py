@@ -195,14 +195,19 @@ def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> st
                  f'<figure class="trend">{figures[group]}</figure>']
         pts = sorted(((m, p) for m in machines for p in m.points[cell_id]),
                      key=lambda mp: mp[1].run.manifest.created_at, reverse=True)
+        digests = any(p.run.manifest.container_image_digest for _, p in pts)  # the column only when containers ran
+        shown = [k for k in TABLE_METRICS if any(p.values.get(k) is not None for _, p in pts)]
         rows = [[esc(p.run.manifest.created_at[:16].replace("T", " ")), esc(m.machine.label),
-                 link(href(2, run_path(p.run_key)), p.run.manifest.run_id), esc((p.run.manifest.git_commit or "-")[:7]),
-                 esc((p.run.manifest.container_image_digest or "-")[:19]), esc(p.status),
-                 f'<span class="verdict">{verdict_text(p)}</span>' + _env_note(p),
-                 *[with_spread(k, p, quiet=True) for k in TABLE_METRICS]]
+                 link(href(2, run_path(p.run_key)), p.run.manifest.run_id.split("_")[0]),
+                 esc((p.run.manifest.git_commit or "-")[:7]),
+                 *([esc((p.run.manifest.container_image_digest or "-")[:19])] if digests else []), esc(p.status),
+                 *[with_spread(k, p, quiet=True) for k in shown],
+                 f'<span class="verdict">{verdict_text(p)}</span>' + _env_note(p)]
                 for m, p in pts]
-        body.append(table(["when (UTC)", "machine", "run", "commit", "image digest", "status", "verdict",
-                           *[metric_label(k) for k in TABLE_METRICS]], rows, num=range(7, 7 + len(TABLE_METRICS)),
+        first = 6 if digests else 5  # where the numbers start; the verdict is last (wrapped)
+        body.append(table(["when (UTC)", "machine", "run", "commit", *(["image digest"] if digests else []), "status",
+                           *[metric_label(k) for k in shown], "verdict"], rows,
+                          num=range(first, first + len(shown)), wrap=(first + len(shown),),
                           row_classes=["regression" if p.regressions else "" for _, p in pts]))
     return page(f"{view.name}: {view.cells.get(cell_id, cell_id)}", "\n".join(body), 2)
 

@@ -19,6 +19,7 @@ from suite.scenario import (
     AXES,
     Checkpointing,
     Convergence,
+    Eval,
     Data,
     Optimizer,
     Precision,
@@ -37,7 +38,9 @@ MAX_CELLS = 4096
 # Settings that do not change what a cell computes: left out of its id.
 # `ray` (checkpointing, retries, placement) changes how a ray cell is run, not what it computes; the launcher
 # is in the id already, so a torchrun and a ray cell of the same settings differ by it alone.
-_NOT_IN_ID = {"id", "scenario", "timeout_s", "gpu_memory_gb", "convergence", "repeats", "ray", "trace_memory"}
+# Not part of what a cell computes: limits, gates, launcher options, and evaluation (it reads the model and never
+# changes training, so a cell trains the same with and without `eval:` and compares as the same cell).
+_NOT_IN_ID = {"id", "scenario", "timeout_s", "gpu_memory_gb", "convergence", "repeats", "ray", "trace_memory", "eval"}
 
 
 class Cell(BaseModel):
@@ -73,6 +76,7 @@ class Cell(BaseModel):
     gpu_memory_gb: float | None
     repeats: int
     convergence: Convergence | None
+    eval: Eval | None = Field(None, description="Held-out evaluation (scenario field); see scenario_data.Eval.")
     ray: RaySettings | None = Field(None, description="Ray Train options (launcher: ray); see RaySettings.")
 
     def settings(self) -> dict[str, Any]:
@@ -177,7 +181,7 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
         **{k: getattr(scenario, k) for k in (
             "steps", "warmup_steps", "seed", "optimizer", "data", "launcher", "device", "bucket_cap_mb",
             "measure_peaks", "trace_memory", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats",
-            "convergence", "ray")},
+            "convergence", "eval", "ray")},
     }
     cells: list[Cell] = []
     seen: set[str] = set()

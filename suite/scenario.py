@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from suite.models.presets import PRESETS, ModelShape
-from suite.scenario_types import StrategyName, resolve_alias
+from suite.scenario_data import Cifar10Data, Data, Eval, SyntheticData, TextData  # noqa: F401 (re-exported)
+from suite.scenario_types import Strict, StrategyName, resolve_alias
 from suite.scenario_source import ScenarioError, SourceMap, load_scenario  # noqa: F401 (re-exported)
 from suite.scenario_yaml import clip
 
@@ -70,9 +71,7 @@ def _axis(doc: str, default: Any = ...) -> Any:
     return Field(default, description=doc + " A list is swept.")
 
 
-class _Strict(BaseModel):
-    # allow_inf_nan=False: every float of a scenario must be finite (`lr: .inf`, `betas: [.nan, .nan]`).
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+_Strict = Strict  # every model of the file: extra="forbid", frozen, finite floats (scenario_types.py)
 
 
 class Optimizer(_Strict):
@@ -85,32 +84,6 @@ class Optimizer(_Strict):
     fused: Literal["auto", True, False] = Field(
         "auto", description="Fused AdamW kernel: auto = on CUDA only (it is what fast PyTorch uses)."
     )
-
-
-class SyntheticData(_Strict):
-    """A learnable synthetic task: tokens from a fixed random Markov chain (text models) or class patterns (vit)."""
-
-    kind: Literal["synthetic"] = Field(description="Synthetic data, generated from the cell's seed.")
-
-
-class TextData(_Strict):
-    """Byte-level language modelling over text files."""
-
-    kind: Literal["text"] = Field(description="Byte-level text; vocab must be >= 256.")
-    path: str | None = Field(
-        None, description="File or folder of text files; default: the Python standard library's sources."
-    )
-
-
-class Cifar10Data(_Strict):
-    """torchvision's CIFAR-10 with the seed's transforms (vit models only)."""
-
-    kind: Literal["cifar10"] = Field(description="CIFAR-10 through torchvision.datasets.CIFAR10.")
-    root: str = Field("data/cifar10", description="Folder holding cifar-10-batches-py/.")
-    download: bool = Field(False, description="Download when missing (needs internet; off by default).")
-
-
-Data = Annotated[Union[SyntheticData, TextData, Cifar10Data], Field(discriminator="kind")]
 
 
 class MatchGate(_Strict):
@@ -252,6 +225,7 @@ class Scenario(_Strict):
     optimizer: Optimizer = Field(default_factory=Optimizer, description="Optimizer settings.")
     data: Data = Field(default_factory=lambda: SyntheticData(kind="synthetic"), description="Training data.")
     convergence: Convergence | None = Field(None, description="Optional convergence gates.")
+    eval: Eval | None = Field(None, description="Held-out evaluation while training (outside the timed steps).")
     gpu_memory_gb: float | None = Field(
         None, gt=0, le=1e6, description="Memory of the target device in GB (1e9 bytes), for the `fits` column of plan."
     )

@@ -1,4 +1,5 @@
-"""Field types of scenario files whose allowed values come from a registry, not from a fixed Literal.
+"""Field types of scenario files whose allowed values come from a registry, not from a fixed Literal (and
+`Strict`, the base every scenario model shares).
 
 `StrategyName` accepts any registered strategy name or alias (suite/strategies/registry.py) and validates to
 the strategy's name, so an alias (`fsdp`) is resolved once, here, and nothing downstream sees it.  Its JSON
@@ -10,10 +11,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic_core import core_schema
 
 from suite.strategies import registry
+
+
+class Strict(BaseModel):
+    """The base of every scenario model: unknown keys are errors, values are frozen, floats are finite."""
+
+    # allow_inf_nan=False: every float of a scenario must be finite (`lr: .inf`, `betas: [.nan, .nan]`).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class _RegisteredStrategy:

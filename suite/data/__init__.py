@@ -12,6 +12,12 @@ The contract that lets a 2-rank run be compared with a 1-rank reference sample b
 Drawing the global batch's random numbers (cheap: indices, offsets, choices) on every rank and materializing
 only the rank's own samples keeps each rank's work proportional to its slice.
 
+Held-out data (scenario `eval:`): `eval_micro_batches(i)` is this rank's slice of held-out global batch i,
+split like a training batch.  It depends on i alone, so every evaluation of a run sees the same held-out
+samples and the eval curve measures the model, not the sample.  By default it comes from the kind's own
+generator seeded with EVAL_TAG, a tag no training step uses (steps are >= 0, -1 seeds a kind's fixed
+tables); text holds out the corpus' tail and cifar10 uses the test split instead (their modules say how).
+
 Kinds: synthetic.py (a Markov-chain token task, or class-pattern images for vit), text.py (byte-level LM over
 text files), cifar10.py (torchvision's CIFAR-10).  All tensors are returned on the CPU; the worker moves them.
 """
@@ -23,6 +29,7 @@ import torch
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 _MASK = (1 << 63) - 1
+EVAL_TAG = -2  # the held-out stream's tag in mix(seed, salt, tag, i): training steps are >= 0, tables -1
 
 
 def mix(*values: int) -> int:
@@ -66,7 +73,21 @@ class Data:
 
     def micro_batches(self, step: int) -> list[Batch]:
         """This rank's grad_accum micro-batches (inputs, targets) for optimizer step `step`, on the CPU."""
-        inputs, targets = self.sample(self.generator(step), self.global_batch_size, self.rank * self.per_rank, self.per_rank)
+        return self._split(self.sample(self.generator(step), self.global_batch_size, self.rank * self.per_rank,
+                                       self.per_rank))
+
+    def eval_sample(self, index: int, global_size: int, start: int, count: int) -> Batch:
+        """Held-out samples [start, start+count) of held-out global batch `index`: by default the training
+        distribution drawn from the held-out stream (a kind with a held-out split overrides this)."""
+        return self.sample(torch.Generator().manual_seed(mix(self.seed, self.salt, EVAL_TAG, index)), global_size,
+                           start, count)
+
+    def eval_micro_batches(self, index: int) -> list[Batch]:
+        """This rank's micro-batches of held-out global batch `index` (the same samples at every evaluation)."""
+        return self._split(self.eval_sample(index, self.global_batch_size, self.rank * self.per_rank, self.per_rank))
+
+    def _split(self, batch: Batch) -> list[Batch]:
+        inputs, targets = batch
         m = self.micro_batch_size
         return [(inputs[i * m:(i + 1) * m], targets[i * m:(i + 1) * m]) for i in range(self.grad_accum)]
 

@@ -9,7 +9,9 @@ transforms, vectorized).  No random augmentation: random crops and flips would h
 step's generator to stay deterministic, and suite measures training systems, not accuracy.
 
 Sampling a step: the step's generator draws global_batch_size image indices (with replacement); this rank
-converts only the images of its slice.
+converts only the images of its slice.  Held out (scenario `eval:`): the test split (10,000 images of the real
+data), loaded on the first evaluation and read in order: held-out batch i is test images i*G .. (i+1)*G - 1
+(G = global_batch_size, wrapping around), so `batches` x G >= 10,000 covers the whole test set.
 
 Generated folders: torchvision verifies the md5 of every batch file against the real CIFAR-10's, so a tiny
 folder written for tests would be rejected as "corrupted".  `write_tiny_cifar10` writes files in the real
@@ -47,13 +49,13 @@ def _dataset_classes():
     return CIFAR10, GeneratedCIFAR10
 
 
-def load_cifar10(root: str | Path, download: bool = False):
-    """torchvision's CIFAR10 training split from `root`, with a clear error when the data is not there."""
+def load_cifar10(root: str | Path, download: bool = False, train: bool = True):
+    """torchvision's CIFAR10 training (or test) split from `root`, with a clear error when it is not there."""
     root = Path(root).expanduser()
     CIFAR10, GeneratedCIFAR10 = _dataset_classes()
     folder = root / CIFAR10.base_folder
     if (folder / MARKER).exists():
-        return GeneratedCIFAR10(str(root), train=True, download=False)
+        return GeneratedCIFAR10(str(root), train=train, download=False)
     if not download and not folder.is_dir():
         raise FileNotFoundError(
             f"data.root {str(root)!r}: CIFAR-10 not found (no folder {str(folder)!r}). Put the extracted "
@@ -61,7 +63,7 @@ def load_cifar10(root: str | Path, download: bool = False):
             f"`data: {{kind: cifar10, download: true}}` in the scenario to let torchvision download it"
         )
     try:
-        return CIFAR10(str(root), train=True, download=download)
+        return CIFAR10(str(root), train=train, download=download)
     except RuntimeError as e:  # torchvision: "Dataset not found or corrupted"
         raise RuntimeError(
             f"data.root {str(root)!r}: {e} (files in {str(folder)!r} are missing or fail torchvision's md5 check; "
@@ -101,13 +103,28 @@ class Cifar10Data(Data):
         size = cell.model.image_size
         if size != 32:
             raise ValueError(f"data kind cifar10 has 32x32 images; the model's image_size is {size}")
-        dataset = load_cifar10(cell.data.root, cell.data.download)
-        self.images = torch.from_numpy(np.ascontiguousarray(dataset.data))  # (N, 32, 32, 3) uint8, HWC
-        self.labels = torch.tensor(dataset.targets, dtype=torch.long)
+        self.root, self.download = cell.data.root, cell.data.download
+        self.images, self.labels = _arrays(load_cifar10(self.root, self.download))
+        self.test: tuple[torch.Tensor, torch.Tensor] | None = None  # loaded on the first evaluation
         self.mean = torch.tensor(MEAN).view(1, 3, 1, 1)
         self.std = torch.tensor(STD).view(1, 3, 1, 1)
 
+    def _convert(self, images: torch.Tensor, labels: torch.Tensor, index: torch.Tensor) -> Batch:
+        x = images[index].permute(0, 3, 1, 2).float().div(255)  # ToTensor
+        return (x - self.mean) / self.std, labels[index]  # Normalize
+
     def sample(self, g: torch.Generator, global_size: int, start: int, count: int) -> Batch:
         index = torch.randint(len(self.labels), (global_size,), generator=g)[start:start + count]
-        images = self.images[index].permute(0, 3, 1, 2).float().div(255)  # ToTensor
-        return (images - self.mean) / self.std, self.labels[index]  # Normalize
+        return self._convert(self.images, self.labels, index)
+
+    def eval_sample(self, index: int, global_size: int, start: int, count: int) -> Batch:
+        if self.test is None:
+            self.test = _arrays(load_cifar10(self.root, self.download, train=False))
+        images, labels = self.test
+        order = (index * global_size + torch.arange(start, start + count)) % len(labels)
+        return self._convert(images, labels, order)
+
+
+def _arrays(dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images (N, 32, 32, 3) uint8 HWC, labels (N,) int64) of a torchvision CIFAR10 split."""
+    return torch.from_numpy(np.ascontiguousarray(dataset.data)), torch.tensor(dataset.targets, dtype=torch.long)

@@ -13,6 +13,10 @@ skipped: it goes to the rank's stderr, which the launcher keeps in the cell's la
 
 Sampling a step: the step's generator draws one start position per sample of the global batch; this rank's
 samples are the windows of seq_len + 1 bytes at its positions; inputs = window[:-1], targets = window[1:].
+
+Held out: the last EVAL_FRACTION (a tenth) of the corpus, at least one window.  Training windows lie wholly
+before it and held-out windows wholly inside it, whether or not the scenario evaluates, so a cell trains the
+same with and without `eval:`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from suite.data import Batch, Data
+from suite.data import EVAL_TAG, Batch, Data, mix
+from suite.scenario_data import EVAL_FRACTION
 
 MAX_BYTES = 8 * 1024 * 1024
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
@@ -101,15 +106,25 @@ class TextData(Data):
         super().__init__(cell, rank, world_size)
         self.path = cell.data.path
         self.corpus = read_corpus(self.path)
-        self.seq_len = cell.seq_len
-        if len(self.corpus) < self.seq_len + 1:
+        self.seq_len, n = cell.seq_len, cell.seq_len + 1
+        # the held-out tail: a tenth of the corpus, at least one window; training keeps at least one window
+        self.cut = len(self.corpus) - max(n, int(len(self.corpus) * EVAL_FRACTION))
+        if self.cut < n:
             raise ValueError(
-                f"data.path {self.path or str(default_corpus())!r} holds {len(self.corpus)} bytes of text, "
-                f"fewer than seq_len + 1 = {self.seq_len + 1}"
+                f"data.path {self.path or str(default_corpus())!r} holds {len(self.corpus)} bytes of text, fewer "
+                f"than 2 x (seq_len + 1) = {2 * n}: one window to train on and one held out for evaluation"
             )
 
-    def sample(self, g: torch.Generator, global_size: int, start: int, count: int) -> Batch:
+    def _windows(self, g: torch.Generator, lo: int, hi: int, global_size: int, start: int, count: int) -> Batch:
+        """Windows wholly inside corpus[lo:hi], one start position drawn per sample of the global batch."""
         n = self.seq_len + 1
-        positions = torch.randint(len(self.corpus) - n + 1, (global_size,), generator=g)[start:start + count]
+        positions = lo + torch.randint(hi - lo - n + 1, (global_size,), generator=g)[start:start + count]
         windows = self.corpus[positions[:, None] + torch.arange(n)].long()
         return windows[:, :-1], windows[:, 1:]
+
+    def sample(self, g: torch.Generator, global_size: int, start: int, count: int) -> Batch:
+        return self._windows(g, 0, self.cut, global_size, start, count)
+
+    def eval_sample(self, index: int, global_size: int, start: int, count: int) -> Batch:
+        g = torch.Generator().manual_seed(mix(self.seed, self.salt, EVAL_TAG, index))
+        return self._windows(g, self.cut, len(self.corpus), global_size, start, count)

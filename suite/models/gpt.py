@@ -79,7 +79,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """forward(inputs, targets) -> mean cross-entropy; logits(inputs) -> (batch, time, vocab).
+    """forward(inputs, targets) -> mean cross-entropy; forward(inputs) / logits(inputs) -> (batch, time, vocab).
 
     Build it with suite.models.build.build_model, which seeds the RNG and calls init_weights()."""
 
@@ -116,8 +116,10 @@ class GPT(nn.Module):
             x = block(x)
         return F.linear(self.ln_f(x), self.wte.weight)  # tied head: no separate weight
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         logits = self.logits(inputs)
+        if targets is None:  # evaluation: the logits, through forward so wrapped / sharded models gather weights
+            return logits
         # The loss is computed in fp32 even when the model runs in bf16/fp16: log-softmax over a large vocab
         # is where low precision hurts most.
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())

@@ -94,7 +94,7 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    """forward(inputs, targets) -> mean cross-entropy; logits(inputs) -> (batch, time, vocab).
+    """forward(inputs, targets) -> mean cross-entropy; forward(inputs) / logits(inputs) -> (batch, time, vocab).
 
     Build it with suite.models.build.build_model, which seeds the RNG and calls init_weights()."""
 
@@ -140,6 +140,8 @@ class Llama(nn.Module):
             x = block(x, cos, sin)
         return self.head(self.norm(x))
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         logits = self.logits(inputs)
+        if targets is None:  # evaluation (see gpt.py)
+            return logits
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())  # loss in fp32 (see gpt.py)

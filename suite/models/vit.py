@@ -2,6 +2,7 @@
 
 The wrapper changes nothing about the mathematics; it only adds what every suite model offers:
 - `forward(images, labels) -> loss`: mean cross-entropy of the classifier's logits (computed in fp32);
+  `forward(images)` -> the logits (evaluation);
 - `.blocks`: the encoder blocks as a ModuleList, for per-block sharding and checkpointing.
 
 torchvision keeps the blocks in `encoder.layers`, an nn.Sequential.  We swap it for `Blocks`, a ModuleList
@@ -56,5 +57,8 @@ class ViT(nn.Module):
     def logits(self, images: torch.Tensor) -> torch.Tensor:
         return self.vit(images)
 
-    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(self.vit(images).float(), labels)
+    def forward(self, images: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        logits = self.vit(images)
+        if labels is None:  # evaluation (see gpt.py)
+            return logits
+        return F.cross_entropy(logits.float(), labels)

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # 1: the first.  2: RankRecord.restarts and CellResult.first_failure (new fields; an older suite, whose models
 # forbid unknown keys, then says "newer schema" instead of failing on an unknown key).  Version-1 records read
-# as before: the new fields take their defaults.
-SCHEMA_VERSION = 2
+# as before: the new fields take their defaults.  3: RankRecord.eval and CellResult.eval (held-out evaluation).
+SCHEMA_VERSION = 3
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
 FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")
@@ -67,6 +67,17 @@ class SetupTimes(_Record):
     total: float
 
 
+class EvalPoint(_Record):
+    """One held-out evaluation (scenario `eval:`), reduced over all ranks: the same on every rank."""
+
+    step: int = Field(description="Optimizer steps completed when it ran.")
+    loss: float = Field(description="Mean cross-entropy over every held-out target (token or image).")
+    accuracy: float | None = Field(None, description="Fraction of held-out images classified right (vit).")
+    perplexity: float | None = Field(None, description="exp(loss), for language models (gpt, llama).")
+    samples: int = Field(description="Held-out samples evaluated, all ranks.")
+    seconds: float = Field(description="Wall time of the evaluation (never inside a timed step).")
+
+
 class RankRecord(_Record):
     """Everything one worker rank measured for one cell (file: rank<R>.json in the cell's work folder)."""
 
@@ -100,6 +111,7 @@ class RankRecord(_Record):
         0, description="How many times the worker group was restarted before this record was written (Ray's "
         "FailureConfig; always 0 under torchrun)."
     )
+    eval: list[EvalPoint] = Field(default_factory=list, description="Held-out evaluations, in step order.")
     extra: dict[str, Any] = Field(default_factory=dict, description="Strategy-specific facts.")
 
     @model_validator(mode="before")
@@ -212,6 +224,7 @@ class CellResult(_Record):
     restarts: int = 0
     first_failure: RankFailure | None = Field(
         None, description="Which rank died first and how (launcher: torchrun / container), when one failed.")
+    eval: list[EvalPoint] = Field(default_factory=list, description="Held-out evaluations (rank 0's), in step order.")
     extra: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -118,6 +118,7 @@ def aggregate(records: list[RankRecord], prediction: dict[str, Any], precision: 
     return {
         "losses": list(r0.losses),
         "final_loss": r0.losses[-1] if r0.losses else None,
+        "eval": list(r0.eval),  # reduced over ranks: every rank holds the same
         "step_times_s": times,
         "step_time": step_stats(times),
         "throughput": tp,

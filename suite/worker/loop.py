@@ -24,6 +24,7 @@ import torch
 
 from suite.cells import Cell
 from suite.data import Batch, Data
+from suite.results.schema import EvalPoint
 from suite.strategies.base import Parallel
 from suite.techniques import precision
 from suite.worker.dist import global_mean, synchronize
@@ -39,11 +40,13 @@ class Diverged(Exception):
         self.step, self.loss = step, loss
 
 
-class TrainerState(TypedDict):
-    """What a Trainer carries from one run to its continuation (the keys of a checkpoint's Meta)."""
+class TrainerState(TypedDict, total=False):
+    """What a Trainer carries from one run to its continuation (the keys of a checkpoint's Meta; `eval` is
+    absent from checkpoints written before evaluation existed)."""
 
     losses: list[float]
     step_times_s: list[float]
+    eval: list[dict]
 
 
 @dataclass
@@ -59,18 +62,21 @@ class Trainer:
     scaler: torch.amp.GradScaler = field(init=False)  # enabled for fp16 only: one code path in step()
     losses: list[float] = field(init=False, default_factory=list)
     step_times: list[float] = field(init=False, default_factory=list)
+    evals: list[EvalPoint] = field(init=False, default_factory=list)  # held-out evaluations (evaluate.py)
 
     def __post_init__(self) -> None:
         self.scaler = precision.grad_scaler(self.cell.precision, self.device, self.par.sharded_grad_scaler)
 
     def state_dict(self) -> TrainerState:
         """The loss curve and step times so far (copies: a checkpoint must not change as training goes on)."""
-        return {"losses": list(self.losses), "step_times_s": list(self.step_times)}
+        return {"losses": list(self.losses), "step_times_s": list(self.step_times),
+                "eval": [p.model_dump() for p in self.evals]}
 
     def load_state_dict(self, state: TrainerState) -> None:
         """Continue from `state` (a resumed run's curve is whole: earlier steps first)."""
         self.losses = list(state["losses"])
         self.step_times = list(state["step_times_s"])
+        self.evals = [EvalPoint.model_validate(p) for p in state.get("eval", [])]
 
     def batches(self, data: Data, step: int) -> list[Batch]:
         return [(x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True))

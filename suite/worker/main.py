@@ -2,7 +2,7 @@
 
     setup    process group -> model (from the seed, on the device) -> parallelize -> data     (each timed)
     train    cell.steps timed optimizer steps (loop.py); bytes counted after the first; CUDA peaks reset
-             after the warm-up steps
+             after the warm-up steps; held-out evaluations (evaluate.py, scenario `eval:`) between steps
     peaks    optionally 2 more steps under MemTracker (measure_peaks: true), never inside the timed loop
     record   OUT_DIR/rank<R>.json (atomic), whatever happened; rank 0 also appends OUT_DIR/events.jsonl
 
@@ -30,6 +30,7 @@ from suite.strategies import get_strategy, parallelize
 from suite.strategies.base import Parallel
 from suite.worker import dist as wdist
 from suite.worker import measure
+from suite.worker.evaluate import evaluate
 from suite.worker.faults import Faults
 from suite.worker.loop import Diverged, Trainer
 
@@ -124,11 +125,21 @@ def _train(cell: Cell, out_dir: Path, out: _Outcome, hooks: RunHooks | None = No
         start = hooks.resume(par, trainer) if hooks is not None else 0  # > 0: continuing from a checkpoint
         if start:
             out.extra["resumed_from_step"] = start
+        evals = set(cell.eval.points(cell.steps)) if cell.eval else set()
+
+        def after_step(step: int, loss: float) -> None:  # outside the step's timer
+            if step + 1 in evals:  # before a checkpoint hook: a checkpoint holds the evaluations so far
+                point = evaluate(par, data, cell, rank.device, step + 1)
+                trainer.evals.append(point)
+                events.emit("eval", **point.model_dump())
+            if hooks is not None:
+                hooks.after_step(step, loss)
+
         trainer.run(
             data, events,
             on_first_step=lambda: setattr(out, "tensor_bytes", par.count_bytes()),
             on_warmup_end=lambda: measure.reset_cuda_peaks(rank.device),
-            start=start, after_step=hooks.after_step if hooks is not None else None,
+            start=start, after_step=after_step,
         )
     finally:
         out.train_s = time.perf_counter() - t_data
@@ -161,6 +172,7 @@ def _finish(cell: Cell, out_dir: Path, out: _Outcome) -> RankRecord:
         error=out.error,
         losses=out.trainer.losses if out.trainer else [],
         step_times_s=out.trainer.step_times if out.trainer else [],
+        eval=out.trainer.evals if out.trainer else [],
         warmup_steps=cell.warmup_steps,
         tokens_per_step=_tokens_per_step(cell),
         samples_per_step=cell.global_batch_size,

@@ -55,6 +55,7 @@ class Meta:
     world_size: int
     format: str = FORMAT
     extra: dict = field(default_factory=dict)
+    eval: list[dict] = field(default_factory=list)  # held-out evaluations so far (EvalPoint dumps)
 
 
 def check_supported(strategy: str) -> None:

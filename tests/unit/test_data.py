@@ -174,7 +174,7 @@ def test_text_errors_name_the_path(tmp_path):
     with pytest.raises(ValueError, match="empty.*holds no text"):
         build_data(_cell("gpt-tiny", {"kind": "text", "path": str(tmp_path / "empty")}), 0, 1)
     (tmp_path / "short.txt").write_text("abc")
-    with pytest.raises(ValueError, match=r"short.txt.*3 bytes.*seq_len \+ 1 = 17"):
+    with pytest.raises(ValueError, match=r"short.txt.*3 bytes.*2 x \(seq_len \+ 1\) = 34"):
         build_data(_cell("gpt-tiny", {"kind": "text", "path": str(tmp_path / "short.txt")}), 0, 1)
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from suite.models.presets import PRESETS, ModelShape
-from suite.scenario_data import Cifar10Data, Data, Eval, SyntheticData, TextData  # noqa: F401 (re-exported)
+from suite.scenario_data import Cifar10Data, Data, Eval, SyntheticData, Target, TextData  # noqa: F401 (re-exported)
 from suite.scenario_types import Strict, StrategyName, resolve_alias
 from suite.scenario_source import ScenarioError, SourceMap, load_scenario  # noqa: F401 (re-exported)
 from suite.scenario_yaml import clip
@@ -137,6 +137,15 @@ class Convergence(_Strict):
     min_loss_drop: float | None = Field(None, description="First-minus-last loss must be at least this.")
     max_final_loss: float | None = Field(None, description="The last loss must be at most this.")
     match: MatchGate | None = Field(None, description="Curve must match the cell differing only in one axis.")
+    max_eval_loss: float | None = Field(None, description="The last held-out loss must be at most this (needs eval:).")
+    min_accuracy: float | None = Field(
+        None, ge=0, le=1, description="The last held-out accuracy must be at least this (vit; needs eval:).")
+    target: Target | None = Field(None, description="A held-out quality target to reach within steps; records the "
+                                  "step and the time it took (needs eval:).")
+
+    def quality(self) -> list[str]:
+        """The gates set here that judge held-out evaluations."""
+        return [k for k in ("max_eval_loss", "min_accuracy", "target") if getattr(self, k) is not None]
 
 
 ScoreAttribute = Literal["loss", "neg_loss", "step"]
@@ -225,7 +234,8 @@ class Scenario(_Strict):
     optimizer: Optimizer = Field(default_factory=Optimizer, description="Optimizer settings.")
     data: Data = Field(default_factory=lambda: SyntheticData(kind="synthetic"), description="Training data.")
     convergence: Convergence | None = Field(None, description="Optional convergence gates.")
-    eval: Eval | None = Field(None, description="Held-out evaluation while training (outside the timed steps).")
+    eval: Eval | None = Field(None, validate_default=True,
+                              description="Held-out evaluation while training (outside the timed steps).")
     gpu_memory_gb: float | None = Field(
         None, gt=0, le=1e6, description="Memory of the target device in GB (1e9 bytes), for the `fits` column of plan."
     )
@@ -261,6 +271,15 @@ class Scenario(_Strict):
         if steps is not None and warmup >= steps:
             raise ValueError(f"warmup_steps {warmup} must be below steps {steps}")
         return warmup
+
+    @field_validator("eval")
+    @classmethod
+    def _quality_gates_need_eval(cls, ev: Eval | None, info: ValidationInfo) -> Eval | None:
+        conv = info.data.get("convergence")
+        if ev is None and conv is not None and conv.quality():
+            raise ValueError(f"convergence: {', '.join(conv.quality())} judge held-out evaluations: add an eval: "
+                             "block (e.g. eval: {every_steps: 10, batches: 4})")
+        return ev
 
     @field_validator("ray")
     @classmethod

@@ -74,3 +74,17 @@ class Eval(Strict):
         if self.every_steps is None and not self.at_end:
             raise ValueError("eval: with neither every_steps nor at_end it would never run; set one")
         return self
+
+
+class Target(Strict):
+    """A quality target on the held-out data (MLPerf's headline: the time to reach it)."""
+
+    metric: Literal["eval_loss", "accuracy", "perplexity"] = Field(
+        description="eval_loss / perplexity: reached at or below value; accuracy: at or above it.")
+    value: float = Field(description="The target, e.g. accuracy 0.75 (a fraction, not a percentage).")
+
+    def reached(self, loss: float, accuracy: float | None, perplexity: float | None) -> bool:
+        got = {"eval_loss": loss, "accuracy": accuracy, "perplexity": perplexity}[self.metric]
+        if got is None:
+            return False
+        return got >= self.value if self.metric == "accuracy" else got <= self.value

@@ -71,21 +71,31 @@ def load_cifar10(root: str | Path, download: bool = False, train: bool = True):
         ) from e
 
 
-def write_tiny_cifar10(root: str | Path, per_batch: int = 20, seed: int = 0) -> Path:
-    """Write a tiny CIFAR-10-format folder (5 train batches + test batch + meta, random images) for tests.
+def write_tiny_cifar10(root: str | Path, per_batch: int = 20, seed: int = 0, learnable: bool = False,
+                       test_size: int | None = None) -> Path:
+    """Write a tiny CIFAR-10-format folder (5 train batches + test batch + meta) for tests.
 
+    Images are random (labels carry nothing), or with `learnable` each class's fixed random template blended
+    with noise (40:60): a small model learns it in tens of steps and the test batch measures it, like the real
+    data's held-out split.  `test_size`: images in the test batch (default per_batch).
     The real files are Python 2 pickles whose bytes keys torchvision reads back as str (encoding="latin1");
     a Python 3 pickle must use str keys ("data", "labels", "label_names") to load the same way."""
     folder = Path(root) / "cifar-10-batches-py"
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
+    templates = rng.integers(0, 256, (10, 3072)).astype(np.float64)
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
     for name in names:
+        n = test_size if name == "test_batch" and test_size else per_batch
+        labels = rng.integers(0, 10, n)
+        data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        if learnable:
+            data = (0.4 * templates[labels] + 0.6 * data).round().astype(np.uint8)
         batch = {
             "batch_label": name,
-            "labels": rng.integers(0, 10, per_batch).tolist(),
-            "data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
-            "filenames": [f"{name}_{i}.png" for i in range(per_batch)],
+            "labels": labels.tolist(),
+            "data": data,
+            "filenames": [f"{name}_{i}.png" for i in range(n)],
         }
         with open(folder / name, "wb") as f:
             pickle.dump(batch, f)

@@ -76,6 +76,20 @@ class EvalPoint(_Record):
     perplexity: float | None = Field(None, description="exp(loss), for language models (gpt, llama).")
     samples: int = Field(description="Held-out samples evaluated, all ranks.")
     seconds: float = Field(description="Wall time of the evaluation (never inside a timed step).")
+    train_s: float = Field(0.0, description="Training time so far: the sum of every step's time, warm-up included.")
+    wall_s: float = Field(0.0, description="Wall time since training began, evaluations included (MLPerf's clock).")
+
+
+class TimeToTarget(_Record):
+    """When a cell reached its held-out quality target (convergence.target), or that it did not."""
+
+    metric: str
+    value: float = Field(description="The target.")
+    reached: bool
+    step: int | None = Field(None, description="Optimizer steps done at the first evaluation that reached it.")
+    train_s: float | None = Field(None, description="Training time to it (step times only).")
+    wall_s: float | None = Field(None, description="Wall time to it, the evaluations included.")
+    best: float | None = Field(None, description="The best value evaluated (the last when the metric has none).")
 
 
 class RankRecord(_Record):
@@ -160,7 +174,8 @@ class MemoryComparison(_Record):
 
 
 class Gate(_Record):
-    name: str = Field(description="min_loss_drop | max_final_loss | match | finite")
+    name: str = Field(description="finite | min_loss_drop | max_final_loss | match | max_eval_loss | min_accuracy | "
+                      "target")
     passed: bool
     detail: str
     step: int | None = Field(None, description="First failing step, where it applies.")
@@ -225,6 +240,7 @@ class CellResult(_Record):
     first_failure: RankFailure | None = Field(
         None, description="Which rank died first and how (launcher: torchrun / container), when one failed.")
     eval: list[EvalPoint] = Field(default_factory=list, description="Held-out evaluations (rank 0's), in step order.")
+    time_to_target: TimeToTarget | None = Field(None, description="convergence.target: when it was reached.")
     extra: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -49,6 +49,7 @@ from suite.runner.cell import (
     CellTraces, build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, write_payload,
 )
 from suite.runner.gates import first_failure, loss_gates, match_gate, reference_of, run_order
+from suite.runner.quality import quality_gates
 from suite.runner.opening import RunError, open_scenario, select_cells
 from suite.runner.progress import RunProgress
 
@@ -87,10 +88,12 @@ def _gate(cell: Cell, result: CellResult, cells: list[Cell], done: dict) -> Cell
         ref = reference_of(cell, cells, match)
         ref_result = None if ref is None else done.get((ref.id, result.repeat)) or done.get((ref.id, 0))
         gates.append(match_gate(cell, result.losses, match, ref, ref_result))
+    quality, ttt = quality_gates(result.eval, cell.convergence, cell.steps) if gates[0].passed else ([], None)
+    gates += quality
     failed = first_failure(gates)
     if failed is None:
-        return result.model_copy(update={"gates": gates})
-    return result.model_copy(update={"gates": gates, "status": "gate-failed",
+        return result.model_copy(update={"gates": gates, "time_to_target": ttt})
+    return result.model_copy(update={"gates": gates, "status": "gate-failed", "time_to_target": ttt,
                                      "error": f"gate {failed.name} failed: {failed.detail}"})
 
 

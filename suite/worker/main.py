@@ -130,6 +130,8 @@ def _train(cell: Cell, out_dir: Path, out: _Outcome, hooks: RunHooks | None = No
         def after_step(step: int, loss: float) -> None:  # outside the step's timer
             if step + 1 in evals:  # before a checkpoint hook: a checkpoint holds the evaluations so far
                 point = evaluate(par, data, cell, rank.device, step + 1)
+                point = point.model_copy(update={"train_s": sum(trainer.step_times),
+                                                 "wall_s": time.perf_counter() - t_data})
                 trainer.evals.append(point)
                 events.emit("eval", **point.model_dump())
             if hooks is not None:

@@ -220,7 +220,8 @@ def report(results: List[Path] = typer.Argument(..., help="Run folders, scenario
 def compare(baseline: Path = typer.Argument(..., help="Baseline results (run folder, scenario folder or tree)."),
             current: Path = typer.Argument(..., help="Current results, matched to the baseline by cell id."),
             threshold: List[str] = typer.Option([], "--threshold", help="METRIC=VALUE, e.g. tokens_per_s=5% "
-                                                "(tokens_per_s, step_time, peak_memory, final_loss; repeatable)."),
+                                                "(tokens_per_s, step_time, peak_memory, final_loss, eval_loss, accuracy; "
+                                                "repeatable)."),
             alpha: float = typer.Option(0.05, "--alpha", help="Timing: 1 - the confidence that a change is past its "
                                         "threshold (docs/compare.md)."),
             history: int = typer.Option(10, "--history", min=1, help="Timing: use at most the N latest stored "

@@ -51,6 +51,12 @@ class Side:
         vals = [r.final_loss for r in self.results if r.final_loss is not None and math.isfinite(r.final_loss)]
         return stats.median(vals) if vals else None
 
+    def last_eval(self, field: str) -> float | None:
+        """The median over repeats of the last held-out evaluation's loss or accuracy (None: not evaluated)."""
+        vals = [getattr(r.eval[-1], field) for r in self.results if r.eval]
+        vals = [v for v in vals if v is not None and math.isfinite(v)]
+        return stats.median(vals) if vals else None
+
     @property
     def gates(self) -> dict[str, bool]:
         out: dict[str, bool] = {}
@@ -93,6 +99,17 @@ class Check:
 
     def check(self, baseline: Side, current: Side) -> Verdict:
         raise NotImplementedError
+
+    def applies(self, baseline: Side, current: Side) -> bool:
+        """False: the check has nothing to say about these cells (no finding at all, not even skipped)."""
+        return True
+
+
+class _HeldOut:
+    """Mixin of the held-out checks: they speak only about cells that were evaluated (scenario `eval:`)."""
+
+    def applies(self, baseline: Side, current: Side) -> bool:
+        return any(r.eval for side in (baseline, current) for r in side.results)
 
 
 class StatusCheck(Check):
@@ -235,12 +252,16 @@ class FinalLossCheck(Check):
     name = "final_loss"
     listed_at = 5
     default_threshold = 0.01
+    what: ClassVar[str] = "final loss"
+
+    def values(self, baseline: Side, current: Side) -> tuple[float | None, float | None]:
+        return baseline.final_loss, current.final_loss
 
     def check(self, baseline: Side, current: Side) -> Verdict:
-        bl, cl = baseline.final_loss, current.final_loss
+        bl, cl = self.values(baseline, current)
         v = Verdict("unchanged", fmt(bl, ".5f"), fmt(cl, ".5f"))
         if bl is None or cl is None:
-            v.verdict, v.detail = "inconclusive", "no finite final loss on one side"
+            v.verdict, v.detail = "inconclusive", f"no finite {self.what} on one side"
             return v
         v.change = (cl - bl) / abs(bl) if bl else cl - bl
         if abs(v.change) > self.threshold:
@@ -252,9 +273,40 @@ class FinalLossCheck(Check):
         return v
 
 
+class EvalLossCheck(_HeldOut, FinalLossCheck):
+    """The last held-out loss (scenario `eval:`) moved either way by more than the tolerance, as final_loss."""
+
+    name = "eval_loss"
+    listed_at = 6
+    what = "held-out loss"
+
+    def values(self, baseline: Side, current: Side) -> tuple[float | None, float | None]:
+        return baseline.last_eval("loss"), current.last_eval("loss")
+
+
+class AccuracyCheck(_HeldOut, Check):
+    """The last held-out accuracy fell by more than the tolerance (absolute: 0.01 = one percentage point)."""
+
+    name = "accuracy"
+    listed_at = 7
+    default_threshold = 0.01
+
+    def check(self, baseline: Side, current: Side) -> Verdict:
+        ba, ca = baseline.last_eval("accuracy"), current.last_eval("accuracy")
+        v = Verdict("unchanged", fmt(ba and ba * 100, ".2f", "%"), fmt(ca and ca * 100, ".2f", "%"))
+        if ba is None or ca is None:
+            v.verdict, v.detail = "inconclusive", "no held-out accuracy on one side"
+            return v
+        v.change = ca - ba  # absolute, in accuracy
+        if abs(v.change) > self.threshold:
+            v.verdict = "regression" if v.change < 0 else "improvement"
+        v.detail = f"{v.change * 100:+.2f} points (tolerance {self.threshold * 100:.2g})"
+        return v
+
+
 # Every check, in the order a matched cell's findings list them.
 CHECKS: tuple[type[Check], ...] = (StatusCheck, StepTimeCheck, TokensPerSCheck, PeakMemoryCheck, ConvergenceCheck,
-                                   FinalLossCheck)
+                                   FinalLossCheck, EvalLossCheck, AccuracyCheck)
 # The order thresholds and skipped checks are listed in (each check's listed_at).
 METRICS = tuple(c.name for c in sorted(CHECKS, key=lambda c: c.listed_at))
 DEFAULT_THRESHOLDS = {m: c.default_threshold for m in METRICS for c in CHECKS

@@ -110,7 +110,9 @@ def _finding(cid: str, desc: str, check: Check, v: Verdict) -> Finding:
 
 
 def _compare_cell(cid: str, desc: str, b: Side, c: Side, checks: list[Check]) -> list[Finding]:
-    """The status check always; the others when the cell ran on both sides, else one 'skipped' each."""
+    """The status check always; the others when the cell ran on both sides, else one 'skipped' each (checks
+    that do not apply to the cell, e.g. held-out ones of a cell never evaluated, give nothing)."""
+    checks = [k for k in checks if k.applies(b, c)]
     findings = [_finding(cid, desc, k, k.check(b, c)) for k in checks if not k.measured_only]
     if b.status not in RAN or c.status not in RAN:
         why = f"not measured on both sides (baseline {b.status}, current {c.status})"

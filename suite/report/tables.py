@@ -49,6 +49,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("memory_ratio", "measured/predicted", ".2f"),
     Column("memory_scope", "memory scope", ""),
     Column("final_loss", "final loss", ".4f"),
+    Column("eval_loss", "held-out loss", ".4f"),
+    Column("accuracy_pct", "held-out accuracy (%)", ".1f"),
+    Column("time_to_target", "time to target", ""),
     Column("convergence", "convergence", ""),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
@@ -128,6 +131,16 @@ def convergence_verdict(results: list[CellResult]) -> str | None:
     return "fail: " + ", ".join(failed) if failed else "pass"
 
 
+def target_text(r: CellResult) -> str | None:
+    """'step 30: 0.53 s train, 0.95 s wall' or 'missed (best 0.41)'; None without a target."""
+    t = r.time_to_target
+    if t is None:
+        return None
+    if not t.reached:
+        return "missed" + (f" (best {t.best:.4g})" if t.best is not None else "")
+    return f"step {t.step}: {t.train_s:.3g} s train, {t.wall_s:.3g} s wall"
+
+
 def fold_status(results: list[CellResult]) -> str:
     return next((r.status for r in results if r.status != "ok"), "ok")
 
@@ -165,6 +178,10 @@ def cell_row(run: Run, results: list[CellResult]) -> dict[str, Any]:
         "memory_ratio": None if mem_measured is None or not mem_predicted else mem_measured / mem_predicted,
         "memory_scope": mem_scope,
         "final_loss": _median(r.final_loss for r in results),
+        "eval_loss": _median(r.eval[-1].loss if r.eval else None for r in results),
+        "accuracy_pct": _median(r.eval[-1].accuracy * 100 if r.eval and r.eval[-1].accuracy is not None else None
+                                for r in results),
+        "time_to_target": target_text(first),
         "convergence": convergence_verdict(results),
         # raw material for pivots and plots (never printed)
         "_created_at": run.manifest.created_at,
@@ -228,6 +245,8 @@ def display_columns(rows: list[dict[str, Any]]) -> list[Column]:
     drop = set(fixed_axes(rows))
     if len({r["run"] for r in rows}) <= 1:
         drop.add("run")
+    # the held-out columns only when something was evaluated (`eval:`): other tables stay as they were
+    drop |= {k for k in ("eval_loss", "accuracy_pct", "time_to_target") if all(r.get(k) is None for r in rows)}
     return [c for c in COLUMNS if c.key not in drop]
 
 

@@ -11,7 +11,8 @@ from suite.results.reader import load_runs
 
 def test_every_check_is_listed_once():
     assert sorted(METRICS) == sorted(c.name for c in CHECKS) and len(set(METRICS)) == len(METRICS)
-    assert list(DEFAULT_THRESHOLDS) == ["tokens_per_s", "step_time", "peak_memory", "final_loss"]
+    assert list(DEFAULT_THRESHOLDS) == ["tokens_per_s", "step_time", "peak_memory", "final_loss", "eval_loss",
+                                        "accuracy"]
 
 
 def test_a_check_alone_gives_a_verdict(tmp_path):

@@ -6,7 +6,7 @@ names it and says how to get it.  The training split (50,000 images) is loaded o
 Transforms: torchvision's ToTensor (uint8 HWC -> float CHW in [0, 1]) and Normalize with the CIFAR-10
 per-channel mean and std, applied to the whole batch at once (the same arithmetic as the per-image
 transforms, vectorized).  No random augmentation: random crops and flips would have to be drawn from the
-step's generator to stay deterministic, and suite measures training systems, not accuracy.
+step's generator to stay deterministic (accuracy is measured on the held-out test split: `eval:`).
 
 Sampling a step: the step's generator draws global_batch_size image indices (with replacement); this rank
 converts only the images of its slice.  Held out (scenario `eval:`): the test split (10,000 images of the real

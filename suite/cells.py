@@ -143,6 +143,15 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
             problems.append(f"{src.where('data')}: data kind cifar10 needs a vit model, not {shape.family}")
         if scenario.data.kind == "text" and shape.vocab < 256:
             problems.append(f"{src.where('data')}: data kind text is byte-level: vocab {shape.vocab} < 256")
+        accuracy = [k for k in ("min_accuracy", "target") if scenario.convergence and (
+            getattr(scenario.convergence, k) is not None and (k != "target" or scenario.convergence.target.metric
+                                                              == "accuracy"))]
+        if scenario.ray and scenario.ray.checkpoint_score_attribute == "accuracy":
+            accuracy.append("ray.checkpoint_score_attribute")
+        for what in accuracy:  # accuracy is a classifier's: a language model has eval_loss and perplexity
+            problems.append(f"{src.where(*what.split('.')) if '.' in what else src.where('convergence', what)}: "
+                            f"{what}: accuracy is a classifier's metric and needs a vit model, not {shape.family} (use "
+                            "eval_loss or perplexity)")
     return problems
 
 

@@ -148,7 +148,7 @@ class Convergence(_Strict):
         return [k for k in ("max_eval_loss", "min_accuracy", "target") if getattr(self, k) is not None]
 
 
-ScoreAttribute = Literal["loss", "neg_loss", "step"]
+ScoreAttribute = Literal["loss", "neg_loss", "step", "accuracy", "eval_loss"]
 
 
 class RaySettings(_Strict):
@@ -174,7 +174,8 @@ class RaySettings(_Strict):
         None, description="CheckpointConfig(num_to_keep): checkpoints kept (best by the score, else latest); none: all."
     )
     checkpoint_score_attribute: ScoreAttribute | None = Field(
-        None, description="CheckpointConfig(checkpoint_score_attribute): loss | neg_loss | step; none: recency."
+        None, description="CheckpointConfig(checkpoint_score_attribute): loss | neg_loss | step, or the held-out "
+        "accuracy | eval_loss of the evaluation at the checkpoint's step (needs eval:); none: recency."
     )
     checkpoint_score_order: Literal["max", "min"] = Field(
         "max", description="CheckpointConfig(checkpoint_score_order): keep the highest (max) or lowest (min) scores."
@@ -189,9 +190,12 @@ class RaySettings(_Strict):
     def _consistent(self) -> "RaySettings":
         if self.checkpoint_every_steps is None and (self.num_to_keep or self.checkpoint_score_attribute):
             raise ValueError("num_to_keep / checkpoint_score_attribute need checkpoint_every_steps")
-        if self.checkpoint_score_attribute == "loss" and self.checkpoint_score_order == "max":
-            raise ValueError("checkpoint_score_attribute loss with order max would keep the worst checkpoints; "
-                             "use checkpoint_score_order: min (or neg_loss with max)")
+        worst = {("loss", "max"): "min (or neg_loss with max)", ("eval_loss", "max"): "min",
+                 ("accuracy", "min"): "max"}.get((self.checkpoint_score_attribute, self.checkpoint_score_order))
+        if worst:
+            raise ValueError(f"checkpoint_score_attribute {self.checkpoint_score_attribute} with order "
+                             f"{self.checkpoint_score_order} would keep the worst checkpoints; use "
+                             f"checkpoint_score_order: {worst}")
         return self
 
 
@@ -286,6 +290,12 @@ class Scenario(_Strict):
     def _ray_needs_ray_launcher(cls, ray: RaySettings | None, info: ValidationInfo) -> RaySettings | None:
         if ray is not None and info.data.get("launcher") != "ray":
             raise ValueError(f"ray: settings need launcher: ray (got {info.data.get('launcher')})")
+        held_out = ray is not None and ray.checkpoint_score_attribute in ("accuracy", "eval_loss")
+        ev, every = info.data.get("eval"), ray.checkpoint_every_steps if ray is not None else None
+        if held_out and (ev is None or not ev.every_steps or every % ev.every_steps):
+            raise ValueError(f"checkpoint_score_attribute {ray.checkpoint_score_attribute} scores each checkpoint by "
+                             f"the evaluation at its step: eval.every_steps must divide checkpoint_every_steps "
+                             f"{every} (eval: {ev.every_steps if ev else 'none'})")
         return ray
 
     def axis_values(self, axis: str) -> list[Any]:

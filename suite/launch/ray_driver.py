@@ -154,7 +154,7 @@ def label_selectors(cell: Cell, node_ids: list[str]) -> list[dict[str, str]]:
 
 
 def _checkpoint_facts(checkpoint: Checkpoint, metrics: dict) -> dict:
-    keep = {k: metrics.get(k) for k in ("step", "loss", "neg_loss")}
+    keep = {k: metrics.get(k) for k in ("step", "loss", "neg_loss", "accuracy", "eval_loss")}
     return {"path": checkpoint.path, **keep}
 
 
@@ -167,9 +167,20 @@ def restore_best(cell: Cell, checkpoint: Checkpoint) -> dict:
         model = build_model(cell.model, cell.seed)
         model.load_state_dict(ray_checkpoint.load_model_state(Path(folder)), strict=True)
         meta = ray_checkpoint.read_meta(Path(folder))
-    return {"path": checkpoint.path, "step": meta.step, "loss": meta.losses[-1] if meta.losses else None,
-            "restored": True, "restore_s": time.perf_counter() - t0,
-            "parameters": sum(p.numel() for p in model.parameters())}
+    out = {"path": checkpoint.path, "step": meta.step, "loss": meta.losses[-1] if meta.losses else None,
+           "restored": True, "restore_s": time.perf_counter() - t0,
+           "parameters": sum(p.numel() for p in model.parameters())}
+    stored = next((p for p in meta.eval if p.get("step") == meta.step), None)
+    if cell.eval is not None and stored is not None:  # the restored weights, evaluated again here (1 process)
+        from suite.data import build_data
+        from suite.worker.evaluate import held_out
+
+        import torch
+
+        loss, accuracy = held_out(model, build_data(cell, 0, 1), cell, torch.device("cpu"))
+        out["eval"] = {"stored": {"eval_loss": stored["loss"], "accuracy": stored.get("accuracy")},
+                       "remeasured": {"eval_loss": loss, "accuracy": accuracy}}
+    return out
 
 
 def main(cell_json: str, workdir_arg: str, worker_module: str) -> int:

@@ -27,20 +27,17 @@ from suite.techniques import precision
 from suite.worker.dist import synchronize
 
 
-def evaluate(par: Parallel, data: Data, cell: Cell, device: torch.device, step: int) -> EvalPoint:
-    """Evaluate `cell.eval.batches` held-out global batches after `step` optimizer steps."""
-    synchronize(device)
-    t0 = time.perf_counter()
-    model = par.model
+def _sums(model: torch.nn.Module, data: Data, cell: Cell, device: torch.device, autocast: bool) -> torch.Tensor:
+    """(loss sum, targets, right answers) of this process's slice of the held-out batches."""
     training = model.training
     model.eval()
-    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, targets, right answers
+    sums = torch.zeros(3, dtype=torch.float64, device=device)
     try:
         with torch.no_grad():
             for i in range(cell.eval.batches):
                 for x, y in data.eval_micro_batches(i):
                     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                    with precision.autocast(cell.precision, device) if par.autocast else nullcontext():
+                    with precision.autocast(cell.precision, device) if autocast else nullcontext():
                         logits = model(x)
                     logits, y = logits.float().flatten(0, -2), y.flatten()  # (targets, classes)
                     sums[0] += F.cross_entropy(logits, y, reduction="sum").double()
@@ -48,6 +45,21 @@ def evaluate(par: Parallel, data: Data, cell: Cell, device: torch.device, step: 
                     sums[2] += (logits.argmax(-1) == y).sum()
     finally:
         model.train(training)
+    return sums
+
+
+def held_out(model: torch.nn.Module, data: Data, cell: Cell, device: torch.device) -> tuple[float, float | None]:
+    """(loss, accuracy or None) of a plain model on all held-out batches, in one process (data for rank 0 of 1):
+    what the Ray driver re-measures on a restored checkpoint."""
+    loss_sum, targets, right = _sums(model, data, cell, device, autocast=True).tolist()
+    return loss_sum / targets, (right / targets if cell.model.family == "vit" else None)
+
+
+def evaluate(par: Parallel, data: Data, cell: Cell, device: torch.device, step: int) -> EvalPoint:
+    """Evaluate `cell.eval.batches` held-out global batches after `step` optimizer steps."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    sums = _sums(par.model, data, cell, device, par.autocast)
     torch.distributed.all_reduce(sums)
     synchronize(device)
     loss_sum, targets, right = sums.tolist()

@@ -102,6 +102,11 @@ class RayHooks:
         meta = ckpt.Meta(step=done, **self.trainer.state_dict(), cell_id=self.cell.id, strategy=self.cell.strategy,
                          world_size=dist.get_world_size())
         metrics = {"suite_event": CHECKPOINT, "step": done, "loss": loss, "neg_loss": -loss}
+        last = self.trainer.evals[-1] if self.trainer.evals else None
+        if last is not None and last.step == done:  # evaluated just before (worker/main.py): score by it
+            metrics["eval_loss"] = last.loss
+            if last.accuracy is not None:
+                metrics["accuracy"] = last.accuracy
         with tempfile.TemporaryDirectory(prefix="suite-ckpt-") as tmp:
             written = ckpt.save(Path(tmp), self.par.model, self.par.optimizer, meta)
             checkpoint = ray.train.Checkpoint.from_directory(tmp) if written else None

@@ -65,6 +65,11 @@ def table(header: Iterable[str], rows: Iterable[Iterable[str]], row_classes: Ite
         "\n</tbody></table></div>"
 
 
+def when(manifest) -> str:
+    """A run's time as the pages show it: 2026-12-01 17:35 (UTC, to the minute)."""
+    return manifest.created_at[:16].replace("T", " ")
+
+
 def esc(value: object) -> str:
     return escape(str(value))
 

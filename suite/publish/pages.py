@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from suite.publish.html import (esc, href, link, metric_label, number, page, table, verdict_text,
+from suite.publish.html import (esc, href, link, metric_label, number, page, table, verdict_text, when,
                                 with_spread)
 from suite.publish.series import METRICS, VERDICTS, Group, MachineRuns, Point, ScenarioView, slug, status_counts
 from suite.report import stats
@@ -69,11 +69,12 @@ def flagged(views: list[ScenarioView], kind: str = "regressions") -> list[tuple[
     return sorted(out, key=lambda x: x[2].run.manifest.created_at, reverse=True)
 
 
-def _flag_rows(items, depth: int) -> list[list[str]]:
-    return [[esc(p.run.manifest.created_at[:16].replace("T", " ")), link(href(depth, scenario_path(v)), v.name),
-             link(href(depth, cell_path(v, f.cell_id)), v.cells.get(f.cell_id, f.cell_id)), esc(m.machine.label),
+def _flag_rows(items) -> list[list[str]]:
+    """The index's rows of flagged findings (links from the site's root)."""
+    return [[esc(when(p.run.manifest)), link(scenario_path(v), v.name),
+             link(cell_path(v, f.cell_id), v.cells.get(f.cell_id, f.cell_id)), esc(m.machine.label),
              esc(f.metric), esc("" if f.change is None else f"{f.change:+.1%}"), esc(f.detail),
-             link(href(depth, run_path(p.run_key)), p.run.manifest.run_id)] for v, m, p, f in items]
+             link(run_path(p.run_key), p.run.manifest.run_id)] for v, m, p, f in items]
 
 
 FLAG_HEADER = ["when (UTC)", "scenario", "cell", "machine", "metric", "change", "why", "run"]
@@ -88,7 +89,7 @@ def index_html(views: list[ScenarioView], history: int = 10) -> str:
             latest = m.latest_findings()
             rows.append([link(scenario_path(v), v.name), esc(m.machine.group.label), esc(m.machine.label),
                          str(len(m.runs)), link(run_path(key), run.manifest.run_id),
-                         esc(run.manifest.created_at[:16].replace("T", " ")), esc((run.manifest.git_commit or "-")[:7]),
+                         esc(when(run.manifest)), esc((run.manifest.git_commit or "-")[:7]),
                          _counts(status_counts(run.results), lambda s: s != "ok"),
                          _counts(_verdict_counts(latest), lambda s: s == "regression") if latest else
                          '<span class="muted">first run</span>'])
@@ -104,13 +105,13 @@ def index_html(views: list[ScenarioView], history: int = 10) -> str:
             table(["scenario", "group (comparable)", "machine", "runs", "latest run", "when (UTC)", "commit",
                    "statuses", "verdicts vs. earlier runs"], rows, num=(3,)),
             f"<h2>Regressions in the latest runs ({len(recent)})</h2>",
-            table(FLAG_HEADER, _flag_rows(recent, 0), **FLAG_COLUMNS) if recent else "<p>None.</p>",
+            table(FLAG_HEADER, _flag_rows(recent), **FLAG_COLUMNS) if recent else "<p>None.</p>",
             *([f"<h3>Past the threshold with no noise estimate yet ({len(suspects)})</h3>",
                '<p class="muted">Fewer than 5 earlier runs and fewer than 3 repeats: <code>suite compare</code> '
                "flags these too (saying so); a few more nights or <code>--repeats 3</code> tell them from noise.</p>",
-               table(FLAG_HEADER, _flag_rows(suspects, 0), **FLAG_COLUMNS)] if suspects else []),
+               table(FLAG_HEADER, _flag_rows(suspects), **FLAG_COLUMNS)] if suspects else []),
             f"<h2>Every run flagged as a regression ({len(every)})</h2>",
-            table(FLAG_HEADER, _flag_rows(every[:MAX_FLAGGED], 0), **FLAG_COLUMNS) if every else "<p>None.</p>"]
+            table(FLAG_HEADER, _flag_rows(every[:MAX_FLAGGED]), **FLAG_COLUMNS) if every else "<p>None.</p>"]
     if len(every) > MAX_FLAGGED:
         body.append(f'<p class="muted">The {MAX_FLAGGED} newest are shown; index.json lists all {len(every)}.</p>')
     return page("suite results", "\n".join(body), 0)
@@ -136,7 +137,7 @@ def _column_heads(machines: list[MachineRuns]) -> list[str]:
     """Each column's label: the fields that vary among the columns (host, image, commit, torch, date)."""
     fields = {"host": lambda r, m: m.machine.host, "image": lambda r, m: m.machine.image or "-",
               "commit": lambda r, m: (r.manifest.git_commit or "-")[:7], "torch": lambda r, m: r.manifest.torch or "-",
-              "date": lambda r, m: r.manifest.created_at[:16].replace("T", " ")}
+              "date": lambda r, m: when(r.manifest)}
     values = {f: [get(m.latest[1], m) for m in machines] for f, get in fields.items()}
     vary = [f for f, vs in values.items() if len(set(vs)) > 1] or ["host", "commit", "date"]
     return [" · ".join(f"{f} {values[f][i]}" for f in vary) for i in range(len(machines))]
@@ -197,7 +198,7 @@ def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> st
                      key=lambda mp: mp[1].run.manifest.created_at, reverse=True)
         digests = any(p.run.manifest.container_image_digest for _, p in pts)  # the column only when containers ran
         shown = [k for k in TABLE_METRICS if any(p.values.get(k) is not None for _, p in pts)]
-        rows = [[esc(p.run.manifest.created_at[:16].replace("T", " ")), esc(m.machine.label),
+        rows = [[esc(when(p.run.manifest)), esc(m.machine.label),
                  link(href(2, run_path(p.run_key)), p.run.manifest.run_id.split("_")[0]),
                  esc((p.run.manifest.git_commit or "-")[:7]),
                  *([esc((p.run.manifest.container_image_digest or "-")[:19])] if digests else []), esc(p.status),

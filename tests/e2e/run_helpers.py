@@ -25,7 +25,7 @@ class CliRun:
     stdout: str
     stderr: str
     seen: dict[int, psutil.Process] = field(default_factory=dict)  # every descendant seen while it ran
-    cmdlines: dict[int, str] = field(default_factory=dict)  # their command lines, read when first seen
+    cmdlines: dict[int, str] = field(default_factory=dict)  # their command lines, as last read while they ran
 
     def workers(self, module: str = "suite.worker") -> list[int]:
         """Pids of worker ranks seen (not the torchrun process that names the module too)."""
@@ -75,12 +75,13 @@ def run_cli(args: list[str], cwd: Path, environ: dict[str, str], timeout: float 
             pass  # still running: record its process tree below, then poll again
         try:
             for p in root.children(recursive=True):
-                if p.pid not in seen:
-                    seen[p.pid] = p
-                    try:
-                        cmdlines[p.pid] = " ".join(p.cmdline())
-                    except psutil.Error:
-                        cmdlines[p.pid] = ""
+                seen.setdefault(p.pid, p)
+                # read again on every poll: a child caught between fork and exec still shows its parent's
+                # command line (a rank would pass for the torchrun process that forked it)
+                try:
+                    cmdlines[p.pid] = " ".join(seen[p.pid].cmdline()) or cmdlines.get(p.pid, "")
+                except psutil.Error:
+                    cmdlines.setdefault(p.pid, "")
         except psutil.NoSuchProcess:
             pass  # the CLI process just exited; communicate() returns on the next turn
         if watch is not None:

@@ -28,6 +28,7 @@ from suite.scenario import (
     ScenarioError,
     SourceMap,
 )
+from suite.cells_gates import check_band, check_gate_references, check_match, describe as _describe
 from suite.scenario_types import StrategyName
 from suite.scenario_yaml import clip
 
@@ -146,6 +147,8 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
         accuracy = [k for k in ("min_accuracy", "target") if scenario.convergence and (
             getattr(scenario.convergence, k) is not None and (k != "target" or scenario.convergence.target.metric
                                                               == "accuracy"))]
+        if scenario.convergence and scenario.convergence.band and scenario.convergence.band.metric == "accuracy":
+            accuracy.append("band")
         if scenario.ray and scenario.ray.checkpoint_score_attribute == "accuracy":
             accuracy.append("ray.checkpoint_score_attribute")
         for what in accuracy:  # accuracy is a classifier's: a language model has eval_loss and perplexity
@@ -155,40 +158,15 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
     return problems
 
 
-def _check_match(scenario: Scenario, src: SourceMap) -> list[str]:
-    match = scenario.convergence.match if scenario.convergence else None
-    if match is None:
-        return []
-    values, value = scenario.axis_values(match.axis), match.value
-    if value not in values:
-        return [f"{src.where('convergence', 'match')}: match {match.axis}: {clip(repr(match.value))} is not among "
-                f"the scenario's {match.axis} values {clip(repr(values))}"]
-    return []
-
-
-def _check_match_references(scenario: Scenario, cells: list[Cell], src: SourceMap) -> list[str]:
-    """Every cell gated by `match` needs its reference cell in the matrix (an `exclude` may have dropped it)."""
-    match = scenario.convergence.match if scenario.convergence else None
-    if match is None:
-        return []
-    value = match.value
-    present = {tuple(c.axes().items()) for c in cells}
-    for c in cells:
-        if tuple({**c.axes(), match.axis: value}.items()) not in present:
-            return [f"{src.where('convergence', 'match')}: match {match.axis}: {clip(repr(value))}: the reference of "
-                    f"cell {c.id} ({_describe(c.axes())}) is not in the matrix (dropped by exclude?)"]
-    return []
-
-
 def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
     """All cells of the scenario, excluded ones dropped; ScenarioError if any remaining cell is impossible."""
     src = source or SourceMap(f"<{scenario.name}>", {})
     _check_size(scenario, src)
-    problems: list[str] = _check_match(scenario, src)
+    problems: list[str] = check_match(scenario, src) + check_band(scenario, src)
     shared = {
         "scenario": scenario.name,
         **{k: getattr(scenario, k) for k in (
-            "steps", "warmup_steps", "seed", "optimizer", "data", "launcher", "device", "bucket_cap_mb",
+            "steps", "warmup_steps", "optimizer", "data", "launcher", "device", "bucket_cap_mb",
             "measure_peaks", "trace_memory", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats",
             "convergence", "eval", "ray")},
     }
@@ -222,7 +200,7 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
     if not cells and not problems:
         problems.append(f"{src.where('exclude')}: exclude drops every cell of the scenario")
     if not problems:
-        problems.extend(_check_match_references(scenario, cells, src))
+        problems.extend(check_gate_references(scenario, cells, src))
     if problems:
         raise ScenarioError(_dedupe(problems))
     return cells
@@ -239,11 +217,6 @@ def _check_size(scenario: Scenario, src: SourceMap) -> None:
         product = " x ".join(f"{axis} {n}" for axis, n in lengths.items() if n > 1)
         raise ScenarioError([f"{src.where(longest)}: {longest}: the axes expand to {total:,} cells ({product}); the "
                              f"limit is {MAX_CELLS:,}: sweep fewer values or split the scenario into several files"])
-
-
-def _describe(combo: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in combo.items() if k in ("model", "seq_len", "strategy", "gpus",
-                                                                     "micro_batch_size", "global_batch_size", "nodes"))
 
 
 def _dedupe(problems: list[str], limit: int = 20) -> list[str]:

@@ -15,7 +15,8 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 
 from suite.models.presets import PRESETS, ModelShape
 from suite.scenario_data import Cifar10Data, Data, Eval, SyntheticData, Target, TextData  # noqa: F401 (re-exported)
-from suite.scenario_types import Strict, StrategyName, resolve_alias
+from suite.scenario_gates import BandGate, Convergence, MatchGate  # noqa: F401 (re-exported)
+from suite.scenario_types import AXES, Strict, StrategyName, resolve_alias  # noqa: F401 (AXES re-exported)
 from suite.scenario_source import ScenarioError, SourceMap, load_scenario  # noqa: F401 (re-exported)
 from suite.scenario_yaml import clip
 
@@ -23,24 +24,12 @@ Strategy = StrategyName  # any registered strategy or alias (suite/strategies/re
 Checkpointing = Literal["none", "selective", "full"]
 Precision = Literal["fp32", "bf16-mixed", "fp16-mixed"]
 
-# The swept axes, in the order cells list them.  Cell ids and `exclude`/`match` keys use these names.
-AXES = (
-    "model",
-    "seq_len",
-    "strategy",
-    "activation_checkpointing",
-    "precision",
-    "gpus",
-    "nodes",
-    "micro_batch_size",
-    "global_batch_size",
-)
-
 # Bounds far above any real run: the planner's products stay finite floats, counts fit torch's and OS timers' ints.
 Count = Annotated[int, Field(gt=0, le=1_000_000_000)]
 SeqLen = Annotated[int, Field(gt=0, le=2**24)]  # 16M tokens; the longest-context models use about 10M
 Gpus = Annotated[int, Field(gt=0, le=2**20)]
 Nodes = Annotated[int, Field(gt=0, le=2**16)]
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
 Beta = Annotated[float, Field(ge=0, lt=1)]  # torch's Adam refuses betas outside [0, 1)
 
 
@@ -84,68 +73,6 @@ class Optimizer(_Strict):
     fused: Literal["auto", True, False] = Field(
         "auto", description="Fused AdamW kernel: auto = on CUDA only (it is what fast PyTorch uses)."
     )
-
-
-class MatchGate(_Strict):
-    """Loss curves must match the cell that differs only in one axis, e.g. {strategy: ddp, rtol: 1e-4}."""
-
-    axis: str = Field(description="The axis that differs (written as its key in the file: `strategy: ddp`).")
-    value: Any = Field(description="The reference cell's value on that axis.")
-    rtol: float = Field(1.0e-4, ge=0, description="Relative tolerance per step.")
-    atol: float = Field(0.0, ge=0, description="Absolute tolerance per step.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_mapping(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        if "axis" not in data:
-            rest = {k: v for k, v in data.items() if k not in ("rtol", "atol")}
-            if len(rest) != 1:
-                # key=str: YAML keys may mix types (`1: a, b: c`), which sorted() alone cannot order
-                got = clip(repr(sorted(rest, key=str))) if rest else "none"
-                raise ValueError(f"match needs exactly one axis key besides rtol/atol, got {got}")
-            (axis, value), = rest.items()
-            data = {"axis": axis, "value": value, **{k: data[k] for k in ("rtol", "atol") if k in data}}
-        if data.get("axis") == "strategy":  # aliases are resolved here, once (fsdp -> zero3)
-            data = {**data, "value": resolve_alias(data.get("value"))}
-        return data
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> Any:
-        # Files write the short form {strategy: ddp, rtol: ...}; without this the exported schema would only
-        # allow {axis, value} and an editor would flag every shipped match gate as invalid.
-        schema = handler(core_schema)
-        target = handler.resolve_ref_schema(schema)
-        for axis in AXES:
-            target["properties"][axis] = {"description": f"Short form: the reference cell's {axis}."}
-        target.pop("required", None)
-        target["minProperties"] = 1
-        return schema
-
-    @field_validator("axis")
-    @classmethod
-    def _known_axis(cls, axis: str) -> str:
-        if axis not in AXES:
-            raise ValueError(f"match axis {clip(repr(axis))} is not an axis; axes: {', '.join(AXES)}")
-        return axis
-
-
-class Convergence(_Strict):
-    """Optional gates a cell must pass after it ran; a cell that fails one is `gate-failed`."""
-
-    min_loss_drop: float | None = Field(None, description="First-minus-last loss must be at least this.")
-    max_final_loss: float | None = Field(None, description="The last loss must be at most this.")
-    match: MatchGate | None = Field(None, description="Curve must match the cell differing only in one axis.")
-    max_eval_loss: float | None = Field(None, description="The last held-out loss must be at most this (needs eval:).")
-    min_accuracy: float | None = Field(
-        None, ge=0, le=1, description="The last held-out accuracy must be at least this (vit; needs eval:).")
-    target: Target | None = Field(None, description="A held-out quality target to reach within steps; records the "
-                                  "step and the time it took (needs eval:).")
-
-    def quality(self) -> list[str]:
-        """The gates set here that judge held-out evaluations."""
-        return [k for k in ("max_eval_loss", "min_accuracy", "target") if getattr(self, k) is not None]
 
 
 ScoreAttribute = Literal["loss", "neg_loss", "step", "accuracy", "eval_loss"]
@@ -233,8 +160,8 @@ class Scenario(_Strict):
     )
     repeats: Annotated[int, Field(gt=0, le=10_000)] = Field(1, description="Launches of each cell, in interleaved "
                                                            "rounds (A0 B0 A1 B1 ...): compare's unit of evidence.")
-    seed: int = Field(
-        0, ge=0, le=2**63 - 1, description="Seed for weights and data; identical on every rank and strategy.")
+    seed: Seed | list[Seed] = _axis("Seed for weights and data; identical on every rank and strategy.  A list "
+                                    "(seed: [0, 1, 2]) gives the seed bands of convergence.band.", 0)
     optimizer: Optimizer = Field(default_factory=Optimizer, description="Optimizer settings.")
     data: Data = Field(default_factory=lambda: SyntheticData(kind="synthetic"), description="Training data.")
     convergence: Convergence | None = Field(None, description="Optional convergence gates.")
@@ -260,7 +187,7 @@ class Scenario(_Strict):
     ray: RaySettings | None = Field(None, description="Ray Train options (launcher: ray only).")
 
     @field_validator("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus", "nodes",
-                     "micro_batch_size", "global_batch_size", mode="before")
+                     "micro_batch_size", "global_batch_size", "seed", mode="before")
     @classmethod
     def _non_empty(cls, value: Any) -> Any:
         if isinstance(value, list) and not value:

@@ -17,6 +17,21 @@ from pydantic_core import core_schema
 from suite.strategies import registry
 
 
+# The swept axes, in the order cells list them.  Cell ids and `exclude`/`match` keys use these names.
+AXES = (
+    "model",
+    "seq_len",
+    "strategy",
+    "activation_checkpointing",
+    "precision",
+    "gpus",
+    "nodes",
+    "micro_batch_size",
+    "global_batch_size",
+    "seed",
+)
+
+
 class Strict(BaseModel):
     """The base of every scenario model: unknown keys are errors, values are frozen, floats are finite."""
 

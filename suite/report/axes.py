@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 AXIS_HEADERS = {
     "model": "model", "seq_len": "seq", "strategy": "strategy", "activation_checkpointing": "ckpt",
     "precision": "precision", "gpus": "gpus", "nodes": "nodes", "micro_batch_size": "mbs",
-    "global_batch_size": "gbs",
+    "global_batch_size": "gbs", "seed": "seed",
 }
 AXES = tuple(AXIS_HEADERS)
 

@@ -106,7 +106,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def build_manifest(run_id: str, scenario: str, seed: int, command: list[str],
+def build_manifest(run_id: str, scenario: str, seed: int | list[int], command: list[str],
                    extra: dict[str, Any] | None = None, torch_facts: dict[str, Any] | None = None) -> Manifest:
     """Collect the environment into a Manifest (torch_facts may be passed in to skip the probe, e.g. in tests)."""
     facts = torch_facts if torch_facts is not None else torch_info()

@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 # 1: the first.  2: RankRecord.restarts and CellResult.first_failure (new fields; an older suite, whose models
 # forbid unknown keys, then says "newer schema" instead of failing on an unknown key).  Version-1 records read
 # as before: the new fields take their defaults.  3: RankRecord.eval and CellResult.eval (held-out evaluation).
-SCHEMA_VERSION = 3
+# 4: seed is an axis: Manifest.seed may be a list, CellResult.axes holds seed (filled in from the cell when an
+# older record lacks it, so old and new results of one cell show the same axes).
+SCHEMA_VERSION = 4
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
 FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")
@@ -243,6 +245,16 @@ class CellResult(_Record):
     time_to_target: TimeToTarget | None = Field(None, description="convergence.target: when it was reached.")
     extra: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _seed_axis(cls, data: Any) -> Any:
+        # results before schema 4 had no seed axis: their cell's seed is it
+        if isinstance(data, dict) and isinstance(data.get("axes"), dict) and "seed" not in data["axes"]:
+            seed = data.get("cell", {}).get("seed") if isinstance(data.get("cell"), dict) else None
+            if seed is not None:
+                data = {**data, "axes": {**data["axes"], "seed": seed}}
+        return data
+
 
 class Manifest(_Record):
     """The environment a run folder's results were obtained in (manifest.json)."""
@@ -266,6 +278,6 @@ class Manifest(_Record):
     hostname: str
     container_image: str | None = Field(None, description="Image reference the cells ran in, if any.")
     container_image_digest: str | None = None
-    seed: int
+    seed: int | list[int] = Field(description="The scenario's seed, or its seed axis (seed: [0, 1, 2]).")
     env: dict[str, str] = Field(description="Allowlisted environment variables only (never the whole env).")
     extra: dict[str, Any] = Field(default_factory=dict, description="E.g. preflight all-reduce bus bandwidth.")

@@ -38,11 +38,12 @@ def reference_of(cell, cells: Sequence, match):
 
 
 def order_cells(cells: Sequence) -> list:
-    """Reference cells of a match gate first, the others after, each group in the scenario's order."""
-    def match_of(c):
-        return c.convergence.match if c.convergence else None
+    """Reference cells of a match or band gate first, the others after, each group in the scenario's order."""
+    def is_ref(c) -> bool:  # of a match gate, or one of a seed band's reference cells
+        conv = c.convergence
+        return conv is not None and any(g is not None and is_reference(c, g) for g in (conv.match, conv.band))
 
-    refs = [c for c in cells if match_of(c) and is_reference(c, match_of(c))]
+    refs = [c for c in cells if is_ref(c)]
     return refs + [c for c in cells if c not in refs]
 
 

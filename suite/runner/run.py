@@ -49,6 +49,7 @@ from suite.runner.cell import (
     CellTraces, build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, write_payload,
 )
 from suite.runner.gates import first_failure, loss_gates, match_gate, reference_of, run_order
+from suite.runner.band import band_gate, band_references
 from suite.runner.quality import quality_gates
 from suite.runner.opening import RunError, open_scenario, select_cells
 from suite.runner.progress import RunProgress
@@ -90,6 +91,10 @@ def _gate(cell: Cell, result: CellResult, cells: list[Cell], done: dict) -> Cell
         gates.append(match_gate(cell, result.losses, match, ref, ref_result))
     quality, ttt = quality_gates(result.eval, cell.convergence, cell.steps) if gates[0].passed else ([], None)
     gates += quality
+    band = cell.convergence.band if cell.convergence else None
+    if band is not None and gates[0].passed:
+        refs = [(c, done.get((c.id, result.repeat)) or done.get((c.id, 0))) for c in band_references(cell, cells, band)]
+        gates.append(band_gate(cell, result.eval, band, refs))
     failed = first_failure(gates)
     if failed is None:
         return result.model_copy(update={"gates": gates, "time_to_target": ttt})

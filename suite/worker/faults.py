@@ -1,10 +1,13 @@
-"""Fault injection for testing the runner and compare: SUITE_FAULT="<cell_id>:<kind>@<step>,<cell_id>:slow=<f>,...".
+"""Fault injection for testing the runner, compare and the gates:
+SUITE_FAULT="<cell_id>:<kind>@<step>,<cell_id>:slow=<f>,<cell_id>:lr=<f>,...".
 
 kind: raise (the step raises RuntimeError -> status failed), hang (the rank sleeps forever before the step ->
 the runner's timeout), nan (the step's loss becomes NaN -> status diverged).  `slow=<factor>` (no step: it
 applies to every step) is a planted slowdown for testing regression detection: each step's timed region is
 stretched to `factor` times its measured length by a sleep inside the timer, so step times and throughput
-move by the factor while the cell id and the losses stay the same.  Entries for other cells are ignored;
+move by the factor while the cell id and the losses stay the same.  `lr=<factor>` is a planted change of
+the mathematics for testing convergence gates: the cell trains with its learning rate times the factor while
+its id and its recorded settings stay those of the scenario (as a bug would).  Entries for other cells are ignored;
 every rank of the cell applies the same faults.  Nothing happens when the variable is unset.
 """
 
@@ -29,15 +32,21 @@ def _entries(spec: str) -> list[str]:
     return [e for e in (e.strip() for e in spec.split(",")) if e]
 
 
-def _is_slow(entry: str) -> bool:
-    return entry.rpartition(":")[2].partition("=")[0].strip() == "slow"
+# Factor entries (no step: they apply to the whole cell), with the factors each allows.
+FACTORS = {"slow": (1.0, 100.0), "lr": (1e-3, 1e3)}
 
 
-def parse_slow(spec: str, cell_id: str) -> float:
-    """The slowdown factor planted for `cell_id` (1.0 when none); ValueError naming a malformed entry."""
+def _factor_kind(entry: str) -> str | None:
+    kind = entry.rpartition(":")[2].partition("=")[0].strip()
+    return kind if kind in FACTORS else None
+
+
+def parse_factor(spec: str, cell_id: str, kind: str = "slow") -> float:
+    """The `kind` factor planted for `cell_id` (1.0 when none); ValueError naming a malformed entry."""
+    lo, hi = FACTORS[kind]
     factor = 1.0
     for entry in _entries(spec):
-        if not _is_slow(entry):
+        if _factor_kind(entry) != kind:
             continue
         cid, _, rest = entry.rpartition(":")
         try:
@@ -45,21 +54,26 @@ def parse_slow(spec: str, cell_id: str) -> float:
         except ValueError:
             value = None
         if not cid or value is None:
-            raise ValueError(f"{ENV} entry {entry!r} is malformed; expected <cell_id>:slow=<factor>, e.g. "
-                             "abc123:slow=1.15")
-        if not 1.0 <= value <= 100.0:
-            raise ValueError(f"{ENV} entry {entry!r}: slow factor {value} must be between 1 and 100")
+            raise ValueError(f"{ENV} entry {entry!r} is malformed; expected <cell_id>:{kind}=<factor>, e.g. "
+                             f"abc123:{kind}=1.15")
+        if not lo <= value <= hi:
+            raise ValueError(f"{ENV} entry {entry!r}: {kind} factor {value} must be between {lo:g} and {hi:g}")
         if cid == cell_id:
             factor = value
     return factor
 
 
+def parse_slow(spec: str, cell_id: str) -> float:
+    """The slowdown factor planted for `cell_id` (1.0 when none)."""
+    return parse_factor(spec, cell_id, "slow")
+
+
 def parse(spec: str, cell_id: str) -> dict[int, str]:
-    """{step: kind} of the step faults for `cell_id` (slow entries are parse_slow's); ValueError naming a
+    """{step: kind} of the step faults for `cell_id` (factor entries are parse_factor's); ValueError naming a
     malformed entry."""
     faults: dict[int, str] = {}
     for entry in _entries(spec):
-        if _is_slow(entry):
+        if _factor_kind(entry):
             continue
         try:
             cid, rest = entry.rsplit(":", 1)
@@ -82,6 +96,7 @@ class Faults:
         text = os.environ.get(ENV, "") if spec is None else spec
         self.at = parse(text, cell_id)
         self.slow = parse_slow(text, cell_id)
+        self.lr = parse_factor(text, cell_id, "lr")
         self._poison_next = False  # armed by before_step for a nan step, consumed by the next on_loss
 
     def before_step(self, step: int) -> None:
@@ -93,6 +108,13 @@ class Faults:
             while True:  # until the runner kills the process group at the cell's timeout
                 time.sleep(3600)
         self._poison_next = self.poison(step)
+
+    def planted(self, cell):
+        """The cell as this rank trains it: its learning rate times a planted `lr` factor (the same cell else)."""
+        if self.lr == 1.0:
+            return cell
+        return cell.model_copy(update={"optimizer": cell.optimizer.model_copy(
+            update={"lr": cell.optimizer.lr * self.lr})})
 
     def stretch(self, t0: float) -> None:
         """Inside the step's timer, after the step's work: sleep so the timed region lasts `slow` times what

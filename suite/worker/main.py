@@ -107,6 +107,7 @@ def _train(cell: Cell, out_dir: Path, out: _Outcome, hooks: RunHooks | None = No
     t_pg = time.perf_counter()
     events = out.events
     faults = Faults(cell.id)
+    cell = faults.planted(cell)  # a planted learning-rate change (SUITE_FAULT lr=, tests only): the same cell else
     with torch.device(rank.device):
         model = build_model(cell.model, cell.seed)
     t_model = time.perf_counter()

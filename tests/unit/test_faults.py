@@ -36,3 +36,18 @@ def test_stretch_lengthens_the_timed_region_by_the_factor():
     t0 = time.perf_counter()
     Faults("b", "a:slow=2.0").stretch(t0)  # another cell: no sleep
     assert time.perf_counter() - t0 < 0.01
+
+
+def test_a_planted_lr_factor_changes_the_cell_as_trained_but_not_its_id():
+    from suite.cells import expand
+    from suite.scenario import Scenario
+    from suite.worker.faults import Faults, parse_factor
+
+    (cell,) = expand(Scenario.model_validate({"name": "x", "model": "gpt-tiny", "seq_len": 16}))
+    spec = f"{cell.id}:lr=10, other:lr=0.5, {cell.id}:slow=1.2"
+    assert parse_factor(spec, cell.id, "lr") == 10 and parse_factor(spec, "other", "lr") == 0.5
+    planted = Faults(cell.id, spec).planted(cell)
+    assert planted.optimizer.lr == pytest.approx(cell.optimizer.lr * 10) and planted.id == cell.id
+    assert Faults("other-cell", spec).planted(cell) is cell
+    with pytest.raises(ValueError, match="lr factor 5000.0 must be between"):
+        parse_factor(f"{cell.id}:lr=5000", cell.id, "lr")

@@ -1,0 +1,123 @@
+"""The gates of a scenario's `convergence:` block, as pydantic models (the checks are suite/runner/gates.py,
+quality.py and band.py).
+
+- MatchGate: the loss curve equals the curve of the cell that differs only in one axis (`{strategy: ddp}`);
+- BandGate: the held-out curve stays inside the seed band of the reference cells (`{reference: {strategy:
+  ddp}, k: 3}`): MLPerf's reference-convergence-point idea, checked at every evaluation of a short run;
+- Convergence: the block itself, loss gates and held-out quality gates together.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from suite.scenario_data import Target
+from suite.scenario_types import AXES, Strict, resolve_alias
+from suite.scenario_yaml import clip
+
+
+class MatchGate(Strict):
+    """Loss curves must match the cell that differs only in one axis, e.g. {strategy: ddp, rtol: 1e-4}."""
+
+    axis: str = Field(description="The axis that differs (written as its key in the file: `strategy: ddp`).")
+    value: Any = Field(description="The reference cell's value on that axis.")
+    rtol: float = Field(1.0e-4, ge=0, description="Relative tolerance per step.")
+    atol: float = Field(0.0, ge=0, description="Absolute tolerance per step.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_mapping(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if "axis" not in data:
+            rest = {k: v for k, v in data.items() if k not in ("rtol", "atol")}
+            if len(rest) != 1:
+                # key=str: YAML keys may mix types (`1: a, b: c`), which sorted() alone cannot order
+                got = clip(repr(sorted(rest, key=str))) if rest else "none"
+                raise ValueError(f"match needs exactly one axis key besides rtol/atol, got {got}")
+            (axis, value), = rest.items()
+            data = {"axis": axis, "value": value, **{k: data[k] for k in ("rtol", "atol") if k in data}}
+        if data.get("axis") == "strategy":  # aliases are resolved here, once (fsdp -> zero3)
+            data = {**data, "value": resolve_alias(data.get("value"))}
+        return data
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> Any:
+        # Files write the short form {strategy: ddp, rtol: ...}; without this the exported schema would only
+        # allow {axis, value} and an editor would flag every shipped match gate as invalid.
+        schema = handler(core_schema)
+        target = handler.resolve_ref_schema(schema)
+        for axis in AXES:
+            target["properties"][axis] = {"description": f"Short form: the reference cell's {axis}."}
+        target.pop("required", None)
+        target["minProperties"] = 1
+        return schema
+
+    @field_validator("axis")
+    @classmethod
+    def _known_axis(cls, axis: str) -> str:
+        if axis not in AXES:
+            raise ValueError(f"match axis {clip(repr(axis))} is not an axis; axes: {', '.join(AXES)}")
+        return axis
+
+
+class BandGate(Strict):
+    """The cell's held-out curve must stay inside the band of the reference seeds at every evaluation.
+
+    The reference cells of a cell are those equal to it on every axis except `seed` and the reference axis,
+    which holds the reference value: with `seed: [0, 1, 2, 3]`, `strategy: [ddp, zero3]` and `reference:
+    {strategy: ddp}`, ZeRO-3 with seed s is judged against DDP's four seeds.  At each evaluation step the
+    band is mean +- (k x std + atol) of the reference values (sample std, n-1), and the cell's value must lie
+    inside it.  Reference cells are the band and pass.  Needs eval: and at least two seeds."""
+
+    axis: str = Field(description="The reference axis (written `reference: {strategy: ddp}`).")
+    value: Any = Field(description="The reference cells' value on that axis.")
+    k: float = Field(3.0, gt=0, le=1000, description="Half-width of the band in reference standard deviations.")
+    atol: float = Field(0.0, ge=0, description="Added to the half-width: a floor for seeds that agree exactly.")
+    metric: Literal["eval_loss", "accuracy", "perplexity"] = Field(
+        "eval_loss", description="The held-out metric the band is drawn on (accuracy: vit only).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_reference(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "axis" in data:
+            return data
+        if "reference" not in data:
+            raise ValueError("band needs reference: {<axis>: <value>}, e.g. band: {reference: {strategy: ddp}, k: 3}")
+        ref, rest = data["reference"], {k: v for k, v in data.items() if k != "reference"}
+        if not isinstance(ref, dict) or len(ref) != 1:
+            raise ValueError(f"band reference must be one axis and its value, e.g. {{strategy: ddp}}; got "
+                             f"{clip(repr(ref))}")
+        (axis, value), = ref.items()
+        return {"axis": axis, "value": resolve_alias(value) if axis == "strategy" else value, **rest}
+
+    @field_validator("axis")
+    @classmethod
+    def _known_axis(cls, axis: str) -> str:
+        if axis == "seed":
+            raise ValueError("band reference axis cannot be seed: the band is drawn over the seeds; name the axis "
+                             "whose value gives the reference cells, e.g. {strategy: ddp}")
+        if axis not in AXES:
+            raise ValueError(f"band reference axis {clip(repr(axis))} is not an axis; axes: {', '.join(AXES)}")
+        return axis
+
+
+class Convergence(Strict):
+    """Optional gates a cell must pass after it ran; a cell that fails one is `gate-failed`."""
+
+    min_loss_drop: float | None = Field(None, description="First-minus-last loss must be at least this.")
+    max_final_loss: float | None = Field(None, description="The last loss must be at most this.")
+    match: MatchGate | None = Field(None, description="Curve must match the cell differing only in one axis.")
+    max_eval_loss: float | None = Field(None, description="The last held-out loss must be at most this (needs eval:).")
+    min_accuracy: float | None = Field(
+        None, ge=0, le=1, description="The last held-out accuracy must be at least this (vit; needs eval:).")
+    band: BandGate | None = Field(None, description="The held-out curve must stay inside the reference seeds' "
+                                  "band, e.g. {reference: {strategy: ddp}, k: 3} (needs eval: and a seed axis).")
+    target: Target | None = Field(None, description="A held-out quality target to reach within steps; records the "
+                                  "step and the time it took (needs eval:).")
+
+    def quality(self) -> list[str]:
+        """The gates set here that judge held-out evaluations."""
+        return [k for k in ("max_eval_loss", "min_accuracy", "target", "band") if getattr(self, k) is not None]

@@ -71,6 +71,9 @@ def test_shipped_ray_scenarios():
     assert {c.strategy for c in gpu} == {"ddp", "zero3"}
     assert all(c.nodes == 2 and c.gpus == 8 and c.launcher == "ray" and c.model.preset == "vit-cifar10" for c in gpu)
     assert gpu[0].ray.num_to_keep == 2 and gpu[0].ray.checkpoint_every_steps == 245  # 5 x 50,000 / 1,024 steps
+    # scored as the seed did: by held-out accuracy, evaluated every epoch-equivalent (49 steps) on the test split
+    assert (gpu[0].ray.checkpoint_score_attribute, gpu[0].ray.checkpoint_score_order) == ("accuracy", "max")
+    assert (gpu[0].eval.every_steps, gpu[0].eval.batches) == (49, 10)
     _, cpu = load_cells(str(REPO / "scenarios" / "ray-multinode-cpu.yaml"))
     assert all(c.nodes == 2 and c.gpus == 2 and c.device == "cpu" for c in cpu)
 

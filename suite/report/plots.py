@@ -6,6 +6,7 @@ are drawn on matplotlib's Agg canvas directly (no pyplot), so nothing global cha
   master weights, activations; 'other' is what the measured peak holds beyond the measured categories);
 - scaling: tokens/s versus GPU count per configuration, with the linear ideal;
 - loss curves of cells that must match (a `match` gate), and their distance to the reference curve;
+- held-out curves against their seed band (a `band` gate; drawn in bands.py);
 - step-time distributions (box plots over the measured steps, repeats pooled);
 - measured peak beside its three predictions (drawn in peaks.py with this module's helpers).
 Plots with nothing to show are left out; long lists are cut to the first cells (the tables have them all).
@@ -176,8 +177,9 @@ def all_plots(rows: list[Row]) -> list[Plot]:
     """Every plot the rows have data for (raises PlotError when matplotlib is missing)."""
     axes = varying_axes(rows)
     runs = len({r["run"] for r in rows}) > 1
-    from suite.report.peaks import peak_plot  # imported here: peaks.py draws with this module's helpers
+    from suite.report.bands import band_plots  # imported here: these draw with this module's helpers
+    from suite.report.peaks import peak_plot
 
     plots = [memory_breakdown(rows, axes, runs), peak_plot(rows, axes, runs), scaling(rows, axes),
-             *loss_curves(rows, axes, runs), step_times(rows, axes, runs)]
+             *loss_curves(rows, axes, runs), *band_plots(rows, axes), step_times(rows, axes, runs)]
     return [p for p in plots if p is not None]

@@ -60,3 +60,9 @@ def test_a_planted_lr_change_falls_outside_the_ddp_seed_band_and_the_unchanged_s
     assert bad["error"].startswith("gate band failed: step 10: eval_loss ")
     assert "outside the band of strategy=ddp over seeds 0, 1, 2" in bad["error"]
     assert band[("zero3", 1)]["step"] == 10
+
+    # the report draws the band: one figure for the one band of this run
+    report = run_cli(["report", str(folder), "--format", "html", "--out", str(tmp_path / "rep")], tmp_path, env())
+    assert report.returncode == 0, report.stderr
+    assert (tmp_path / "rep" / "plots" / "band_1.png").stat().st_size > 10_000
+    assert "Held-out curves against the seed band of strategy=ddp" in (tmp_path / "rep" / "report.html").read_text()

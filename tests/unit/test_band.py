@@ -93,3 +93,21 @@ def test_a_curve_outside_fails_at_its_step_and_one_inside_passes():
     assert not gate.passed and "seed 2) did not finish ok (status failed)" in gate.detail
     gate = band_gate(zero3, curve(2.05, start=7), band, ref_results)
     assert not gate.passed and "no evaluation of this cell has a band point" in gate.detail
+
+
+def test_the_report_draws_one_band_per_group_and_none_without_a_band():
+    pytest.importorskip("matplotlib")
+    from suite.report.bands import band_plots
+
+    cs = cells()
+    spec = cs[0].convergence.band.model_dump(mode="json")
+    rows = []
+    for i, c in enumerate(cs):
+        r = result(c, curve(2.0 + 0.05 * (i % 3), 1.5 + 0.02 * (i % 3))).model_copy(
+            update={"cell": {"convergence": {"band": spec}}})
+        rows.append({"run": "0001", **c.axes(), "_results": [r]})
+    (plot,) = band_plots(rows, ["strategy", "seed"])
+    assert plot.name == "band_1" and plot.title == "Held-out curves against the seed band of strategy=ddp"
+    assert plot.png.startswith(b"\x89PNG")
+    plain = [{**r, "_results": [r["_results"][0].model_copy(update={"cell": {}})]} for r in rows]
+    assert band_plots(plain, ["strategy", "seed"]) == []

@@ -77,6 +77,10 @@ def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bo
         return
     body = [_row(r) for r in rows]
     cols = COLUMNS + (["max mbs"] if max_micro_batch else [])
+    if len({r["settings"]["seed"] for r in rows}) > 1:  # a seed axis: its cells differ by the seed alone
+        at = cols.index("gbs") + 1
+        cols = [*cols[:at], "seed", *cols[at:]]
+        body = [[*line[:at], r["settings"]["seed"], *line[at:]] for line, r in zip(body, rows)]
     if max_micro_batch:
         for line, r in zip(body, rows):
             line.append(_answer(r["max_micro_batch"]))

@@ -65,6 +65,7 @@ def _cell_data(view: ScenarioView, cell_id: str) -> object:
     return [view.name, view.cells.get(cell_id), view.axes.get(cell_id), [g.label for g in view.groups()],
             [[m.machine.label, m.machine.group.label,
               [[p.run_key, p.status, p.repeats, p.measured, p.values, p.spread, p.band, p.env,
+                p.target.model_dump(mode="json") if p.target else None,
                 [[f.metric, f.verdict, f.method, f.change, f.detail] for f in p.findings]] for p in m.points[cell_id]]]
              for m in view.machines if cell_id in m.points]]
 
@@ -127,7 +128,8 @@ def shown(views: list[ScenarioView]) -> dict:
                     "suite_major": m.machine.group.suite_major, "host": m.machine.host, "image": m.machine.image or None,
                     "points": [{"run": p.run_key, "run_id": p.run.manifest.run_id, "created_at": p.run.manifest.created_at,
                                 "git_commit": p.run.manifest.git_commit, "status": p.status, "repeats": p.repeats,
-                                "values": p.values, "spread": p.spread, "band": p.band, "verdicts": findings(p)}
+                                "values": p.values, "spread": p.spread, "band": p.band, "verdicts": findings(p),
+                                "time_to_target": p.target.model_dump(mode="json") if p.target else None}
                                for p in pts]}
                    for v in views for m in v.machines for c, pts in m.points.items()],
         "flagged": _flags(pages.flagged(views)),  # regressions, judged against the noise

@@ -11,6 +11,7 @@ from html import escape
 from typing import Iterable
 
 from suite.publish.series import METRICS, Point
+from suite.results.schema import TimeToTarget
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem auto; max-width: 80rem;
@@ -81,11 +82,24 @@ def number(metric: str, value: float | None) -> str:
         return f"{value:,.2f} ms"
     if metric == "tokens_per_s":
         return f"{value:,.0f}"
-    if metric == "mfu":
+    if metric in ("mfu", "accuracy"):
         return f"{value:.1f}%"
     if metric == "peak_memory":
         return f"{value:,.1f} MiB"
     return f"{value:.4f}"
+
+
+def target_text(t: TimeToTarget | None) -> str:
+    """A time to target as the pages show it (HTML): "step 30: 0.53 s train, 0.95 s wall" or "not reached
+    (best 0.41)", the target itself as the tooltip; "-" without one."""
+    if t is None:
+        return "-"
+    if t.reached:
+        times = ", ".join(f"{v:.3g} s {what}" for v, what in ((t.train_s, "train"), (t.wall_s, "wall")) if v is not None)
+        text = (f"step {t.step}" if t.step is not None else "reached") + (f": {times}" if times else "")
+    else:
+        text = "not reached" + (f" (best {t.best:.4g})" if t.best is not None else "")
+    return f'<span title="{esc(f"target: {t.metric} {t.value:g}")}">{esc(text)}</span>'
 
 
 def with_spread(metric: str, p: Point, runs_sd: float | None = None, n_runs: int = 0, quiet: bool = False) -> str:

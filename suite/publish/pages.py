@@ -11,14 +11,15 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from suite.publish.html import (esc, href, link, metric_label, number, page, table, verdict_text, when,
-                                with_spread)
-from suite.publish.series import METRICS, VERDICTS, Group, MachineRuns, Point, ScenarioView, slug, status_counts
+from suite.publish.html import (esc, href, link, metric_label, number, page, table, target_text, verdict_text,
+                                when, with_spread)
+from suite.publish.series import (HELD_OUT, METRICS, VERDICTS, Group, MachineRuns, Point, ScenarioView, slug,
+                                  status_counts)
 from suite.report import stats
 from suite.report.compare import Finding
 from suite.results.reader import Run
 
-TABLE_METRICS = ("step_time", "tokens_per_s", "mfu", "peak_memory", "final_loss")
+TABLE_METRICS = ("step_time", "tokens_per_s", "mfu", "peak_memory", "final_loss", "eval_loss", "accuracy")
 MAX_FLAGGED = 100  # rows of the index's "every flagged run" table (index.json holds them all)
 
 
@@ -154,8 +155,9 @@ def scenario_html(view: ScenarioView) -> str:
         cells = [c for c in view.cells if any(c in m.points for m in machines)]
         empty = [k for k in TABLE_METRICS if not any(p.values.get(k) is not None for m in machines
                                                       for pts in m.points.values() for p in pts)]
-        if empty:
-            body.append('<p class="muted">No values of ' + esc(", ".join(metric_label(k) for k in empty))
+        missing = [k for k in empty if k not in HELD_OUT]  # a scenario without `eval:` has none: not news
+        if missing:
+            body.append('<p class="muted">No values of ' + esc(", ".join(metric_label(k) for k in missing))
                         + (" (MFU needs the device's peak FLOPs: GPU runs)" if "mfu" in empty else "") + ".</p>")
         for metric in [k for k in TABLE_METRICS if k not in empty]:
             rows = []
@@ -198,17 +200,18 @@ def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> st
                      key=lambda mp: mp[1].run.manifest.created_at, reverse=True)
         digests = any(p.run.manifest.container_image_digest for _, p in pts)  # the column only when containers ran
         shown = [k for k in TABLE_METRICS if any(p.values.get(k) is not None for _, p in pts)]
+        targets = any(p.target for _, p in pts)  # the column only when some run had a target to reach
         rows = [[esc(when(p.run.manifest)), esc(m.machine.label),
                  link(href(2, run_path(p.run_key)), p.run.manifest.run_id.split("_")[0]),
                  esc((p.run.manifest.git_commit or "-")[:7]),
                  *([esc((p.run.manifest.container_image_digest or "-")[:19])] if digests else []), esc(p.status),
-                 *[with_spread(k, p, quiet=True) for k in shown],
+                 *[with_spread(k, p, quiet=True) for k in shown], *([target_text(p.target)] if targets else []),
                  f'<span class="verdict">{verdict_text(p)}</span>' + _env_note(p)]
                 for m, p in pts]
         first = 6 if digests else 5  # where the numbers start; the verdict is last (wrapped)
         body.append(table(["when (UTC)", "machine", "run", "commit", *(["image digest"] if digests else []), "status",
-                           *[metric_label(k) for k in shown], "verdict"], rows,
-                          num=range(first, first + len(shown)), wrap=(first + len(shown),),
+                           *[metric_label(k) for k in shown], *(["time to target"] if targets else []), "verdict"],
+                          rows, num=range(first, first + len(shown)), wrap=(first + len(shown) + targets,),
                           row_classes=["regression" if p.regressions else "" for _, p in pts]))
     return page(f"{view.name}: {view.cells.get(cell_id, cell_id)}", "\n".join(body), 2)
 
@@ -224,20 +227,27 @@ def run_html(key: str, run: Run, view: ScenarioView) -> str:
     cells = {}
     for r in run.results:
         cells.setdefault(r.cell_id, []).append(r)
+    order = sorted(cells.items(), key=lambda kv: view.cells.get(kv[0], kv[0]))
+    points = {cid: next((p for mr in view.machines for p in mr.points.get(cid, []) if p.run_key == key), None)
+              for cid, _ in order}
+    # every metric as before; the held-out ones only when a cell of this run was evaluated
+    shown = [k for k in TABLE_METRICS if k not in HELD_OUT or any(p and p.values.get(k) is not None
+                                                                   for p in points.values())]
+    targets = any(p and p.target for p in points.values())
     rows = []
-    for cid, results in sorted(cells.items(), key=lambda kv: view.cells.get(kv[0], kv[0])):
-        p = next((p for mr in view.machines for p in mr.points.get(cid, []) if p.run_key == key), None)
+    for cid, results in order:
+        p = points[cid]
         rows.append([link(href(1, cell_path(view, cid)), view.cells.get(cid, cid)), esc(results[0].status),
-                     str(len(results)), *[esc(number(k, p.values.get(k) if p else None)) for k in TABLE_METRICS],
-                     verdict_text(p) if p else "-"])
+                     str(len(results)), *[esc(number(k, p.values.get(k) if p else None)) for k in shown],
+                     *([target_text(p.target if p else None)] if targets else []), verdict_text(p) if p else "-"])
     env = next((p.env for mr in view.machines for pts in mr.points.values() for p in pts if p.run_key == key), [])
     body = [f"<p>{link(href(1, scenario_path(view)), view.name)} · the manifest as JSON: "
             f"{link(f'{key}.json', f'{key}.json')}</p>",
             *([f'<p class="suspect">The environment differs from the machine\'s earlier runs: {esc("; ".join(env))}'
                "</p>"] if env else []), '<h2 id="manifest">Manifest</h2>',
             table(["field", "value"], info, wrap=(1,)), "<h2>Cells</h2>",
-            table(["cell", "status", "repeats", *[metric_label(k) for k in TABLE_METRICS], "verdict"], rows,
-                  num=range(2, 3 + len(TABLE_METRICS)))]
+            table(["cell", "status", "repeats", *[metric_label(k) for k in shown],
+                   *(["time to target"] if targets else []), "verdict"], rows, num=range(2, 3 + len(shown)))]
     return page(f"run {m.scenario}/{m.run_id} on {m.hostname}", "\n".join(body), 1)
 
 

@@ -24,12 +24,16 @@ from suite.report.checks import Side, StepTimeCheck, TokensPerSCheck
 from suite.report.compare import Finding, compare, describe, device_kind, varying
 from suite.report.tables import fold_status
 from suite.results.reader import Run
-from suite.results.schema import CellResult, Manifest
+from suite.results.schema import CellResult, Manifest, TimeToTarget
 
 VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "skipped")
 # metric -> (label, unit) as the pages and the trend show it; the timing ones carry compare's noise band
 METRICS = {"step_time": ("step time", "ms"), "tokens_per_s": ("tokens/s", ""), "mfu": ("MFU", "%"),
-           "peak_memory": ("peak memory", "MiB"), "final_loss": ("final loss", "")}
+           "peak_memory": ("peak memory", "MiB"), "final_loss": ("final loss", ""),
+           "eval_loss": ("held-out loss", ""), "accuracy": ("accuracy", "%")}
+# the held-out metrics (scenario `eval:`): shown where some point has a value, never listed as missing, so the
+# pages of runs without `eval:` look as they did before these existed
+HELD_OUT = ("eval_loss", "accuracy")
 
 
 def slug(text: str) -> str:
@@ -96,6 +100,7 @@ class Point:
     peak_scope: str | None = None
     env: list[str] = field(default_factory=list)  # what differs from the earlier runs' environment (compare's)
     measured: int = 0                               # repeats with a measured step time (the spread's n)
+    target: TimeToTarget | None = None              # the first repeat's time to target (convergence.target)
 
     @property
     def regressions(self) -> list[Finding]:
@@ -120,14 +125,21 @@ def point(key: str, run: Run, results: list[CellResult], findings: list[Finding]
               "tokens_per_s": stats.median(tok) if tok else None,
               "mfu": stats.median(mfu) * 100 if mfu else None,
               "peak_memory": peak / 2**20 if peak is not None else None,
-              "final_loss": loss if loss is not None and math.isfinite(loss) else None}
+              "final_loss": loss if loss is not None and math.isfinite(loss) else None,
+              # the last held-out evaluation, the median over repeats (compare's EvalLossCheck / AccuracyCheck)
+              "eval_loss": side.last_eval("loss"), "accuracy": _pct(side.last_eval("accuracy"))}
     band = {}
     for f in findings:
         if f.band and f.metric in ("step_time", "tokens_per_s"):
             scale = 1e3 if f.metric == "step_time" else 1.0
             band[f.metric] = (f.band[0] * scale, f.band[1] * scale)
     return Point(key, run, side.status, len(results), values,
-                 {"step_time": _rel_sd(step), "tokens_per_s": _rel_sd(tok)}, band, findings, scope, measured=len(step))
+                 {"step_time": _rel_sd(step), "tokens_per_s": _rel_sd(tok)}, band, findings, scope, measured=len(step),
+                 target=next((r.time_to_target for r in results if r.time_to_target is not None), None))
+
+
+def _pct(fraction: float | None) -> float | None:
+    return None if fraction is None else fraction * 100
 
 
 @dataclass

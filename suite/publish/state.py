@@ -5,8 +5,11 @@ two machines' run 0001 of one scenario are two keys).  The site keeps the manife
 each cell result: every field `suite compare` and the pages read, with the per-step lists cut down — losses
 dropped (the final loss stays), the measured step times replaced by their median.  The timing checks judge one
 value per repeat, that median, so compare gives the same verdicts on slim records as on the full ones
-(tests/unit/test_publish.py checks it).  Publishing again skips a run folder whose key is known and whose cells
-are unchanged (same file names and sizes): only new nights are read from disk.
+(tests/unit/test_publish.py checks it).  The held-out evaluations (`eval`, a point per evaluation: small) and
+`time_to_target` are kept whole: the held-out checks and columns read the last point.  Any other float that is
+not finite (a NaN held-out loss, an infinite perplexity) is kept as the string "NaN" / "Infinity" /
+"-Infinity", which the record's model reads back as the float, so index.json stays plain JSON.  Publishing
+again skips a run folder whose key is known and whose cells are unchanged (same file names and sizes): only new nights are read from disk.
 
 index.json is also the site's machine-readable face: besides `runs` and `pages` (the state) it holds what the
 pages show (`scenarios`, `flagged`, `series`), rewritten on every publish.  A site written by another format
@@ -59,12 +62,28 @@ def fingerprint(run_dir: Path) -> list[list[Any]]:
 
 
 def slim(result: CellResult) -> CellResult:
-    """The result without its per-step lists (see the module docstring).  A final loss that is not finite (a
-    diverged cell) becomes None, as compare reads it anyway: index.json stays plain JSON for every parser."""
+    """The result without its per-step lists (see the module docstring); `eval` and `time_to_target` stay.  A
+    final loss that is not finite (a diverged cell) becomes None, as compare reads it anyway."""
     times = [stats.median(result.step_times_s)] if result.step_times_s else []
     error = result.error[-ERROR_TAIL:] if result.error else result.error
     loss = result.final_loss if result.final_loss is not None and math.isfinite(result.final_loss) else None
     return result.model_copy(update={"losses": [], "step_times_s": times, "error": error, "final_loss": loss})
+
+
+def _plain(value: Any) -> Any:
+    """A record's JSON with every non-finite float as the string pydantic reads back as it: plain JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def record(result: CellResult) -> dict[str, Any]:
+    """The slim result as index.json keeps it."""
+    return _plain(json.loads(slim(result).model_dump_json()))
 
 
 def load_state(site: Path) -> SiteState:
@@ -112,9 +131,9 @@ def ingest(paths: Iterable[Path], state: SiteState, progress: Callable[[str], No
             if key in state.runs and state.runs[key].get("fingerprint") == fp:
                 known += 1
                 continue
-            results = [slim(r) for r in reader.read_cell_results(run_dir)]
+            results = reader.read_cell_results(run_dir)
             state.runs[key] = {"path": str(run_dir), "fingerprint": fp, "manifest": manifest.model_dump(mode="json"),
-                               "results": [json.loads(r.model_dump_json()) for r in results]}
+                               "results": [record(r) for r in results]}
             added.append(key)
             progress(f"read {run_dir} ({len(results)} result(s))")
     return added, known

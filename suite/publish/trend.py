@@ -25,7 +25,7 @@ COLORS = ("#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8c
 RED, AMBER = "#cf222e", "#d4a72c"
 # The metric a check's regression is drawn on (status and convergence regressions are in the table below).
 DRAWN_ON = {"step_time": "step_time", "tokens_per_s": "tokens_per_s", "peak_memory": "peak_memory",
-            "final_loss": "final_loss"}
+            "final_loss": "final_loss", "eval_loss": "eval_loss", "accuracy": "accuracy"}
 
 
 def _order(lines: list[tuple[str, list[Point]]]) -> dict[str, int]:

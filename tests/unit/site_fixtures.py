@@ -9,6 +9,7 @@
 - machine C (`gpu-1`): two baseline runs relabelled as 2 x NVIDIA H200 — another device kind, never beside A;
 - machine D (`vm` again): two baseline runs relabelled suite 1.0.0 — another major version, never beside A.
 Only manifest fields change (host, devices, suite version, times, run names); the cell results are the runs'.
+copy_run(..., evals=...) also gives cells held-out evaluations (`eval`, `time_to_target`), for the eval tests.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ def slow_run() -> Path:
     return next(p.parent for p in SLOW_NIGHT.glob("smoke/*/manifest.json"))
 
 
-def copy_run(src: Path, root: Path, number: int | None = None, when: datetime | None = None, **fields) -> Path:
+def copy_run(src: Path, root: Path, number: int | None = None, when: datetime | None = None,
+             evals: dict[str, dict] | None = None, **fields) -> Path:
     """A copy of run folder `src` under root/<scenario>/ (manifest, scenario.yaml, cells): renamed when `number`
-    or `when` is given, with manifest `fields` changed."""
+    or `when` is given, with manifest `fields` changed; evals: cell id -> fields set in that cell's records
+    (every repeat), e.g. {"eval": [EvalPoint dicts], "time_to_target": {...}}."""
     manifest = json.loads((src / "manifest.json").read_text())
     if when is not None:
         manifest["created_at"] = when.isoformat()
@@ -49,7 +52,12 @@ def copy_run(src: Path, root: Path, number: int | None = None, when: datetime | 
         if (src / name).is_file():
             shutil.copy(src / name, dest / name)
     for f in sorted((src / "cells").glob("*.json")):
-        shutil.copy(f, dest / "cells" / f.name)
+        record = json.loads(f.read_text())
+        if evals and record["cell_id"] in evals:  # held-out evaluations came with schema version 3
+            record.update(evals[record["cell_id"]], schema_version=max(3, record.get("schema_version", 1)))
+            (dest / "cells" / f.name).write_text(json.dumps(record, indent=1) + "\n")
+        else:
+            shutil.copy(f, dest / "cells" / f.name)
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return dest
 

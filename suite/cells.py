@@ -30,6 +30,7 @@ from suite.scenario import (
 )
 from suite.cells_gates import check_band, check_gate_references, check_match, describe as _describe
 from suite.scenario_types import StrategyName
+from suite.strategies import registry
 from suite.scenario_yaml import clip
 
 # The most cells one scenario may expand to, checked from the product of the axis lengths before expanding:
@@ -58,6 +59,7 @@ class Cell(BaseModel):
     precision: Precision
     gpus: int = Field(description="World size.")
     nodes: int
+    shard_size: int | None = Field(None, description="hsdp: ranks per shard group (resolved); None otherwise.")
     micro_batch_size: int
     global_batch_size: int
     grad_accum: int = Field(description="Micro-batches per rank per optimizer step.")
@@ -83,6 +85,8 @@ class Cell(BaseModel):
     def settings(self) -> dict[str, Any]:
         """The resolved settings that define the cell (what its id hashes)."""
         out = {k: v for k, v in self.model_dump(mode="json").items() if k not in _NOT_IN_ID}
+        if out["shard_size"] is None:  # a field added later stays out of the id at its default: old ids hold
+            del out["shard_size"]
         # The preset is a name, not a setting: a shape written inline equal to a preset is the same cell.
         out["model"] = {k: v for k, v in out["model"].items() if k != "preset"}
         return out
@@ -110,6 +114,13 @@ def _matches(entry: dict[str, Any], axes: dict[str, Any]) -> bool:
     return all(axes.get(k) == v for k, v in entry.items())
 
 
+def _shard_size(combo: dict[str, Any]) -> int | None:
+    """hsdp's shard group: as written, else the GPUs of one node; None for strategies without shard groups."""
+    if not registry.get(combo["strategy"]).shard_group:
+        return None
+    return combo["shard_size"] or max(1, combo["gpus"] // combo["nodes"])
+
+
 def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap) -> list[str]:
     """Problems that make one combination impossible, each naming the field's line and the numbers."""
     problems = []
@@ -123,6 +134,10 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
         problems.append(f"{src.where('nodes')}: nodes {combo['nodes']} > 1 needs launcher: ray (got torchrun)")
     if gpus % combo["nodes"]:
         problems.append(f"{src.where('gpus')}: gpus {gpus} is not divisible by nodes {combo['nodes']}")
+    shard = combo["shard_size"]
+    if shard is not None and gpus % shard:
+        problems.append(f"{src.where('shard_size')}: shard_size {shard} does not divide gpus {gpus}: the world must "
+                        f"factor as replicas x shard_size")
     seq = combo["seq_len"]
     if isinstance(shape, VitShape):
         if seq is not None and seq != shape.tokens:
@@ -178,6 +193,8 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
         combo["model"] = model_label(shape)
         if any(_matches(entry, combo) for entry in scenario.exclude):
             continue
+        ignored = combo["shard_size"] is not None and not registry.get(combo["strategy"]).shard_group
+        combo["shard_size"] = _shard_size(combo)
         issues = _check(combo, shape, scenario, src)
         if issues:
             problems.extend(f"{p} (cell {_describe(combo)})" for p in issues)
@@ -191,6 +208,8 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
         }
         cell = Cell(**resolved)
         cell = cell.model_copy(update={"id": cell_id(cell.settings())})
+        if cell.id in seen and ignored:  # a shard_size sweep, for a strategy without shard groups: one cell
+            continue
         if cell.id in seen:  # two cells would share one results folder: refuse
             problems.append(f"{src.where()}: cell {cell.id} ({_describe(combo)}) appears twice: an axis lists the "
                             f"same value twice (fsdp is zero3; an inline shape may equal a preset)")

@@ -149,6 +149,9 @@ class Scenario(_Strict):
     precision: Precision | list[Precision] = _axis("fp32 | bf16-mixed | fp16-mixed.", "fp32")
     gpus: Gpus | list[Gpus] = _axis("World size (processes; on CPU, processes).", 1)
     nodes: Nodes | list[Nodes] = _axis("Nodes; > 1 only with launcher: ray.", 1)
+    shard_size: Gpus | None | list[Gpus | None] = _axis(
+        "hsdp: ranks per shard group (parameters sharded within a group, replicated across groups); it must "
+        "divide gpus.  Default: the GPUs of one node (gpus / nodes).  Ignored by the other strategies.", None)
     micro_batch_size: Gpus | list[Gpus] = _axis("Samples per rank per forward pass.", 1)
     global_batch_size: Count | list[Count] = _axis(
         "Samples per optimizer step over all ranks; accumulation = global / (micro x gpus), exactly.", 1
@@ -187,7 +190,7 @@ class Scenario(_Strict):
     ray: RaySettings | None = Field(None, description="Ray Train options (launcher: ray only).")
 
     @field_validator("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus", "nodes",
-                     "micro_batch_size", "global_batch_size", "seed", mode="before")
+                     "shard_size", "micro_batch_size", "global_batch_size", "seed", mode="before")
     @classmethod
     def _non_empty(cls, value: Any) -> Any:
         if isinstance(value, list) and not value:

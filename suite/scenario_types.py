@@ -26,6 +26,7 @@ AXES = (
     "precision",
     "gpus",
     "nodes",
+    "shard_size",
     "micro_batch_size",
     "global_batch_size",
     "seed",

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from suite.plan.comm import comm_bytes_per_step
 from suite.plan.flops import flops_per_token
 from suite.plan.implemented import predict_memory
-from suite.plan.memory import MemoryBreakdown, activation_bytes, static_bytes
+from suite.plan.memory import MemoryBreakdown, activation_bytes, shard_world, static_bytes
 from suite.plan.traced import Trace, TraceFailure
 
 __all__ = ["Prediction", "MemoryBreakdown", "predict"]
@@ -48,7 +48,7 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
     `trace`: the cell's Trace (or why tracing failed) from suite.plan.trace, when it was traced."""
     shape = cell.model
     psi = shape.num_parameters()
-    static = static_bytes(psi, cell.strategy, cell.precision, cell.gpus)
+    static = static_bytes(psi, cell.strategy, cell.precision, shard_world(cell))
     acts = activation_bytes(shape, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing, cell.precision)
     textbook = MemoryBreakdown(**static, activations=acts, total=sum(static.values()) + acts)
     implemented = predict_memory(cell)
@@ -64,5 +64,6 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
         fits_by=by,
         fits_bytes=nbytes,
         flops_per_token=flops_per_token(shape, cell.seq_len),
-        comm_bytes_per_step=comm_bytes_per_step(psi, cell.strategy, cell.precision, cell.gpus, cell.grad_accum),
+        comm_bytes_per_step=comm_bytes_per_step(psi, cell.strategy, cell.precision, cell.gpus, cell.grad_accum,
+                                                shard=getattr(cell, "shard_size", None)),
     )

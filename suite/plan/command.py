@@ -77,16 +77,23 @@ def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bo
         return
     body = [_row(r) for r in rows]
     cols = COLUMNS + (["max mbs"] if max_micro_batch else [])
-    if len({r["settings"]["seed"] for r in rows}) > 1:  # a seed axis: its cells differ by the seed alone
-        at = cols.index("gbs") + 1
-        cols = [*cols[:at], "seed", *cols[at:]]
-        body = [[*line[:at], r["settings"]["seed"], *line[at:]] for line, r in zip(body, rows)]
+    # columns only some scenarios need: hsdp's shard group, a seed axis (cells that differ by the seed alone)
+    for after, col, key, shown in (("gpus", "shard", "shard_size", lambda vs: vs != {None}),
+                                   ("gbs", "seed", "seed", lambda vs: len(vs) > 1)):
+        if shown({r["settings"].get(key) for r in rows}):
+            at = cols.index(after) + 1
+            cols = [*cols[:at], col, *cols[at:]]
+            body = [[*line[:at], _dash(r["settings"].get(key)), *line[at:]] for line, r in zip(body, rows)]
     if max_micro_batch:
         for line, r in zip(body, rows):
             line.append(_answer(r["max_micro_batch"]))
     console.print(table(f"{scenario.name}: {len(cells)} cells (per rank)", cols, body))
     for note in _notes(rows, headroom if max_micro_batch else None):
         console.print(note, highlight=False, markup=False, soft_wrap=True)
+
+
+def _dash(value) -> object:
+    return "-" if value is None else value
 
 
 def _row(r: dict) -> list:

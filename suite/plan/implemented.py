@@ -30,7 +30,7 @@ why `fits` prefers a trace.
 
 from __future__ import annotations
 
-from suite.plan.memory import MemoryBreakdown
+from suite.plan.memory import MemoryBreakdown, shard_world
 from suite.strategies import registry
 
 
@@ -76,7 +76,7 @@ def _loss_bytes(shape, seq_len: int, micro_batch: int) -> float:
 
 def predict_memory(cell) -> MemoryBreakdown:
     """The as-implemented per-rank breakdown of a cell."""
-    static = static_bytes(cell.model.num_parameters(), cell.strategy, cell.precision, cell.gpus)
+    static = static_bytes(cell.model.num_parameters(), cell.strategy, cell.precision, shard_world(cell))
     static["parameters"] += unsharded_bytes(cell.model, cell.strategy, cell.precision)
     acts = activation_bytes(cell.model, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
                             cell.precision)

@@ -4,7 +4,7 @@ Static memory (arXiv 1910.02054), Psi parameters, N ranks, Adam:
   mixed precision: 2 Psi params (16-bit) + 2 Psi grads (16-bit) + 4 Psi fp32 master weights + 8 Psi moments
   fp32:            4 Psi params + 4 Psi grads + 8 Psi moments (no separate master copy)
 ZeRO-1 shards the optimizer states and master weights over N, ZeRO-2 also the gradients, ZeRO-3 (FSDP) also
-the parameters.  DDP shards nothing.  What a strategy shards is its registry entry's `shards` (its family's;
+the parameters.  HSDP is ZeRO-3 within shard groups of S ranks, replicated across groups: N becomes S.  DDP shards nothing.  What a strategy shards is its registry entry's `shards` (its family's;
 a hand-written strategy is in its native twin's family).  Real implementations add buffers (FSDP's unsharded layer, DDP's buckets);
 the measured numbers stand beside these, with the ratio, rather than being folded into them.
 
@@ -34,6 +34,12 @@ class MemoryBreakdown(BaseModel):
     master_weights: float
     activations: float
     total: float
+
+
+def shard_world(cell) -> int:
+    """The ranks a cell's sharded bytes divide over: the world, or hsdp's shard group (registry shard_group)."""
+    shard = getattr(cell, "shard_size", None)
+    return shard if shard and registry.get(cell.strategy).shard_group else cell.gpus
 
 
 def static_bytes(num_parameters: int, strategy: str, precision: str, world: int) -> dict[str, float]:

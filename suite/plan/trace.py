@@ -39,7 +39,7 @@ MAX_TRACE_MICRO_BATCHES = 2
 MAX_TRACE_LAYERS = 512  # building is O(modules) Python work: 512 layers take about a minute here
 
 # What decides a cell's memory (its id also hashes steps, seed, lr, data: they do not change the trace).
-_TRACE_FIELDS = ("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus",
+_TRACE_FIELDS = ("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus", "shard_size",
                  "micro_batch_size", "bucket_cap_mb")
 
 
@@ -50,7 +50,7 @@ class TraceError(Exception):
 def trace_key(cell) -> str:
     """Cells with the same key have the same trace (see _TRACE_FIELDS; accumulation counted up to 2)."""
     s = cell.settings()
-    key = {f: s[f] for f in _TRACE_FIELDS} | {
+    key = {f: s[f] for f in _TRACE_FIELDS if f in s} | {  # shard_size: only in the settings of hsdp cells
         "micro_batches": min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES),
         "optimizer": s["optimizer"]["name"],  # always traced with the foreach implementation (traced_cell)
     }

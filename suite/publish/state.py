@@ -9,7 +9,8 @@ value per repeat, that median, so compare gives the same verdicts on slim record
 `time_to_target` are kept whole: the held-out checks and columns read the last point.  Any other float that is
 not finite (a NaN held-out loss, an infinite perplexity) is kept as the string "NaN" / "Infinity" /
 "-Infinity", which the record's model reads back as the float, so index.json stays plain JSON.  Publishing
-again skips a run folder whose key is known and whose cells are unchanged (same file names and sizes): only new nights are read from disk.
+again skips a run folder whose key is known and whose cells are unchanged (same file names and sizes): only
+new nights are read from disk.
 
 index.json is also the site's machine-readable face: besides `runs` and `pages` (the state) it holds what the
 pages show (`scenarios`, `flagged`, `series`), rewritten on every publish.  A site written by another format

@@ -1,4 +1,4 @@
-"""ZeRO-2 and ZeRO-3 with FSDP2 (`fully_shard`): parameters, gradients and optimizer states sharded.
+"""ZeRO-2, ZeRO-3 and HSDP with FSDP2 (`fully_shard`): parameters, gradients and optimizer states sharded.
 
 `fully_shard(module)` replaces each parameter by a DTensor sharded on dim 0 over the mesh's ranks; every
 rank stores 1/N of each.  It is applied to each transformer block and then to the root (embeddings, final
@@ -43,11 +43,30 @@ from suite.techniques.precision import compute_dtype, fsdp_mp_policy
 
 
 def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
-    # zero3 shards parameters at rest, so it frees each block's unsharded copy after forward (its registry
-    # entry's shards.parameters); zero2 keeps them until backward
-    reshard = registry.get(cell.strategy).shards.parameters
     with unset_fake_temporarily():  # the planner's trace runs under FakeTensorMode; a mesh needs real ranks
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    return _shard(model, cell, device, mesh)
+
+
+def apply_hsdp(model: nn.Module, cell, device: torch.device) -> Parallel:
+    """HSDP: the same calls on a 2-D mesh (replicate R x shard S, S = cell.shard_size, R x S = world).
+
+    FSDP2 given a 2-D mesh shards each parameter over the mesh's last dimension and replicates it over the
+    first: rank r holds 1/S of every parameter, the same 1/S as the other ranks of its column.  Forward and
+    backward all-gather within the shard group (S ranks: on one node, the usual layout); after backward the
+    gradients are reduce-scattered within the group and then all-reduced across the R replicas of the shard.
+    Memory per rank is zero3's with S in place of the world size; the traffic that crosses nodes is one
+    all-reduce of 1/S of the gradients instead of every all-gather."""
+    world, shard = dist.get_world_size(), cell.shard_size
+    with unset_fake_temporarily():
+        mesh = init_device_mesh(device.type, (world // shard, shard), mesh_dim_names=("replicate", "shard"))
+    return _shard(model, cell, device, mesh)
+
+
+def _shard(model: nn.Module, cell, device: torch.device, mesh) -> Parallel:
+    # zero3 and hsdp shard parameters at rest, so they free each block's unsharded copy after forward (the
+    # registry entry's shards.parameters); zero2 keeps them until backward
+    reshard = registry.get(cell.strategy).shards.parameters
     mp = fsdp_mp_policy(cell.precision)
     for block in model.blocks:
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
@@ -75,5 +94,6 @@ def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
     return Parallel(
         model=model, optimizer=optimizer, no_sync=no_sync, autocast=False,
         count_bytes=lambda: count_tensor_bytes(params, optimizer, **overrides),
-        tracker="fsdp", sharded_grad_scaler=True, extra={"reshard_after_forward": reshard},
+        tracker="fsdp", sharded_grad_scaler=True,
+        extra={"reshard_after_forward": reshard, **({"mesh": list(mesh.shape)} if mesh.ndim > 1 else {})},
     )

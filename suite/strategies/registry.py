@@ -56,9 +56,13 @@ class Comm:
     per_step: float
     per_micro_batch: float = 0.0
     pattern: str = ""
+    # HSDP: across the R replicas of a shard, each rank all-reduces its gradient shard (Psi / S elements, 2 x
+    # for a ring): `per_shard_across_replicas / S` more, when R > 1
+    per_shard_across_replicas: float = 0.0
 
-    def elements(self, grad_accum: int) -> float:
-        return self.per_step + self.per_micro_batch * grad_accum
+    def elements(self, grad_accum: int, shard: int | None = None, replicas: int = 1) -> float:
+        across = self.per_shard_across_replicas / shard if shard and replicas > 1 else 0.0
+        return self.per_step + self.per_micro_batch * grad_accum + across
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,9 @@ class StrategySpec:
     traceable: bool = True  # runs under fake tensors and a fake process group (suite plan --trace)
     holds_fp32: Holds | None = None  # as implemented in fp32 (None: FP32_HOLDS of its family)
     holds_mixed: Holds | None = None  # in bf16/fp16-mixed (None: as in fp32, which is what autocast does)
+    # shards within groups of the cell's shard_size ranks and replicates across groups (HSDP): its sharded
+    # bytes divide by shard_size, not by the world size; other strategies shard over the whole world
+    shard_group: bool = False
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -143,6 +150,13 @@ BUILTIN: tuple[StrategySpec, ...] = (
     StrategySpec("zero3", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "FSDP2 with reshard_after_forward=True: parameters, gradients and optimizer states sharded",
                  aliases=("fsdp",)),
+    StrategySpec("hsdp", "zero3", "suite.strategies.fsdp:apply_hsdp",
+                 Comm(1, 2, per_shard_across_replicas=2,
+                      pattern="zero3's all-gathers and reduce-scatter within the shard group, then an all-reduce "
+                              "of each gradient shard across the replicas"),
+                 "FSDP2 on a 2-D mesh (replicate x shard): zero3 within each shard group of shard_size ranks, "
+                 "replicated across groups", shard_group=True, checkpointable=False,
+                 extra={"not_checkpointable": "its state-dict checkpoints are not tested in suite yet"}),
     StrategySpec("scratch-dp", "dp", "suite.strategies.scratch.dp:apply", _DP,
                  "hand-written: all-reduce every gradient after backward", twin="ddp"),
     StrategySpec("scratch-dp-overlap", "dp", "suite.strategies.scratch.dp_overlap:apply", _DP,

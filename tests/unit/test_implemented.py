@@ -11,6 +11,7 @@ import pytest
 
 from suite.plan import predict
 from suite.plan.implemented import static_bytes
+from suite.plan.memory import shard_world
 from suite.plan.trace import trace_cell
 from suite.strategies import registry
 from tests.dist.spawn import make_cell
@@ -21,12 +22,13 @@ KEYS = ("parameters", "gradients", "optimizer_states", "master_weights")
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
-@pytest.mark.parametrize("strategy,world", [(s, 2) for s in registry.names()] + [("zero3", 4), ("scratch-zero3", 4),
-                                                                                 ("scratch-zero2", 4)])
-def test_registry_holds_what_the_code_counts(strategy, world, precision):
-    cell = make_cell(model=SHAPE, strategy=strategy, precision=precision, gpus=world, global_batch_size=2 * world)
+@pytest.mark.parametrize("strategy,world,shard", [(s, 2, None) for s in registry.names()] + [
+    ("zero3", 4, None), ("scratch-zero3", 4, None), ("scratch-zero2", 4, None), ("hsdp", 4, 2), ("hsdp", 8, 2)])
+def test_registry_holds_what_the_code_counts(strategy, world, shard, precision):
+    cell = make_cell(model=SHAPE, strategy=strategy, precision=precision, gpus=world, global_batch_size=2 * world,
+                     shard_size=shard)
     counted = trace_cell(cell).counted
-    model = static_bytes(cell.model.num_parameters(), strategy, precision, world)
+    model = static_bytes(cell.model.num_parameters(), strategy, precision, shard_world(cell))
     # ZeroRedundancyOptimizer partitions whole tensors (the embedding alone is 1/7 of this model)
     tolerance = 0.06 if strategy == "zero1" else 0.01
     for key in KEYS:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from suite.plan.comm import comm_bytes_per_step
 from suite.plan.flops import flops_per_token
 from suite.plan.implemented import predict_memory
-from suite.plan.memory import MemoryBreakdown, activation_bytes, shard_world, static_bytes
+from suite.plan.memory import MemoryBreakdown, activation_bytes, offloaded, shard_world, static_bytes
 from suite.plan.traced import Trace, TraceFailure
 
 __all__ = ["Prediction", "MemoryBreakdown", "predict"]
@@ -50,10 +50,13 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
     psi = shape.num_parameters()
     static = static_bytes(psi, cell.strategy, cell.precision, shard_world(cell))
     acts = activation_bytes(shape, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing, cell.precision)
-    textbook = MemoryBreakdown(**static, activations=acts, total=sum(static.values()) + acts)
+    textbook = offloaded(static, cell.strategy, 0.0, acts)
     implemented = predict_memory(cell)
     traced = trace if isinstance(trace, Trace) else None
-    by, nbytes = ("traced", float(traced.peak)) if traced else ("as-implemented", implemented.total)
+    # A trace runs on the CPU, where offloaded bytes and device bytes are one pool: its device peak is the peak
+    # less what the strategy keeps on the host (resident the whole step)
+    by, nbytes = ("traced", float(traced.peak) - implemented.host) if traced else ("as-implemented",
+                                                                                   implemented.total)
     return Prediction(
         num_parameters=psi,
         memory_bytes=textbook,

@@ -77,13 +77,17 @@ def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bo
         return
     body = [_row(r) for r in rows]
     cols = COLUMNS + (["max mbs"] if max_micro_batch else [])
-    # columns only some scenarios need: hsdp's shard group, a seed axis (cells that differ by the seed alone)
-    for after, col, key, shown in (("gpus", "shard", "shard_size", lambda vs: vs != {None}),
-                                   ("gbs", "seed", "seed", lambda vs: len(vs) > 1)):
-        if shown({r["settings"].get(key) for r in rows}):
+    # columns only some scenarios need: hsdp's shard group, a seed axis (cells that differ by the seed alone),
+    # offload's host bytes (inserted right to left, so each index is still the one of COLUMNS)
+    extra = (("as implemented", "host", lambda r: nbytes(r["as_implemented"].get("host", 0.0)),
+              lambda vs: vs != {nbytes(0)}),
+             ("gbs", "seed", lambda r: r["settings"]["seed"], lambda vs: len(vs) > 1),
+             ("gpus", "shard", lambda r: _dash(r["settings"].get("shard_size")), lambda vs: vs != {"-"}))
+    for after, col, value, shown in extra:
+        if shown({value(r) for r in rows}):
             at = cols.index(after) + 1
             cols = [*cols[:at], col, *cols[at:]]
-            body = [[*line[:at], _dash(r["settings"].get(key)), *line[at:]] for line, r in zip(body, rows)]
+            body = [[*line[:at], value(r), *line[at:]] for line, r in zip(body, rows)]
     if max_micro_batch:
         for line, r in zip(body, rows):
             line.append(_answer(r["max_micro_batch"]))
@@ -98,7 +102,9 @@ def _dash(value) -> object:
 
 def _row(r: dict) -> list:
     s, m, impl, tr = r["settings"], r["memory_bytes"], r["as_implemented"], r["traced"]
-    traced = nbytes(tr["peak"]) if tr else ("untraced" if r["trace_error"] else "")
+    host = impl.get("host", 0.0)
+    # offload: a CPU trace sees host and device as one pool; the device's share is the peak less the host bytes
+    traced = (nbytes(tr["peak"] - host) + ("*" if host else "")) if tr else ("untraced" if r["trace_error"] else "")
     fits = "" if r["fits"] is None else f"{'yes' if r['fits'] else 'no'} ({r['fits_by']})"
     return [r["cell"], s["model"], s["seq_len"], s["strategy"], s["activation_checkpointing"], s["precision"],
             s["gpus"], s["micro_batch_size"], s["global_batch_size"], si(r["num_parameters"]), nbytes(m["total"]),
@@ -121,6 +127,9 @@ def _notes(rows: list[dict], headroom: float | None) -> list[str]:
     if headroom is not None:
         notes.append(f"max mbs: largest micro-batch whose traced peak <= gpu_memory_gb x (1 - {headroom:g}) "
                      "(headroom for the CUDA context, NCCL buffers, allocator fragmentation); + : search capped")
+    if any(r["as_implemented"].get("host") for r in rows):
+        notes.append("host: bytes an offloading strategy keeps in host memory (not in the device totals); *: the "
+                     "traced peak less those bytes (a CPU trace sees host and device as one memory)")
     seen = set()
     for r in rows:
         items = [f"cell {r['cell']}: not traced: {r['trace_error']}"] if r["trace_error"] else []

@@ -30,7 +30,7 @@ why `fits` prefers a trace.
 
 from __future__ import annotations
 
-from suite.plan.memory import MemoryBreakdown, shard_world
+from suite.plan.memory import MemoryBreakdown, offloaded, shard_world
 from suite.strategies import registry
 
 
@@ -77,7 +77,8 @@ def _loss_bytes(shape, seq_len: int, micro_batch: int) -> float:
 def predict_memory(cell) -> MemoryBreakdown:
     """The as-implemented per-rank breakdown of a cell."""
     static = static_bytes(cell.model.num_parameters(), cell.strategy, cell.precision, shard_world(cell))
-    static["parameters"] += unsharded_bytes(cell.model, cell.strategy, cell.precision)
+    working = unsharded_bytes(cell.model, cell.strategy, cell.precision)  # on the device, offloaded or not
+    static["parameters"] += working
     acts = activation_bytes(cell.model, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
                             cell.precision)
-    return MemoryBreakdown(**static, activations=acts, total=sum(static.values()) + acts)
+    return offloaded(static, cell.strategy, working, acts)

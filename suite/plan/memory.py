@@ -4,7 +4,8 @@ Static memory (arXiv 1910.02054), Psi parameters, N ranks, Adam:
   mixed precision: 2 Psi params (16-bit) + 2 Psi grads (16-bit) + 4 Psi fp32 master weights + 8 Psi moments
   fp32:            4 Psi params + 4 Psi grads + 8 Psi moments (no separate master copy)
 ZeRO-1 shards the optimizer states and master weights over N, ZeRO-2 also the gradients, ZeRO-3 (FSDP) also
-the parameters.  HSDP is ZeRO-3 within shard groups of S ranks, replicated across groups: N becomes S.  DDP shards nothing.  What a strategy shards is its registry entry's `shards` (its family's;
+the parameters.  HSDP is ZeRO-3 within shard groups of S ranks, replicated across groups: N becomes S.  CPU
+offload (ZeRO-Offload) keeps these static bytes in host memory: they are `host`, apart from the device total.  DDP shards nothing.  What a strategy shards is its registry entry's `shards` (its family's;
 a hand-written strategy is in its native twin's family).  Real implementations add buffers (FSDP's unsharded layer, DDP's buckets);
 the measured numbers stand beside these, with the ratio, rather than being folded into them.
 
@@ -33,7 +34,16 @@ class MemoryBreakdown(BaseModel):
     optimizer_states: float
     master_weights: float
     activations: float
-    total: float
+    total: float  # on the device: everything above but the host bytes
+    host: float = 0.0  # CPU offload: bytes of the above kept in host memory (not in total)
+
+
+def offloaded(static: dict[str, float], strategy: str, device_extra: float, activations: float) -> MemoryBreakdown:
+    """The breakdown of a strategy's static bytes, its device-only extra bytes (already in static's
+    parameters) and activations: an offloading strategy keeps the static bytes but that extra on the host."""
+    host = sum(static.values()) - device_extra if registry.get(strategy).offload else 0.0
+    return MemoryBreakdown(**static, activations=activations, total=sum(static.values()) + activations - host,
+                           host=host)
 
 
 def shard_world(cell) -> int:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 # forbid unknown keys, then says "newer schema" instead of failing on an unknown key).  Version-1 records read
 # as before: the new fields take their defaults.  3: RankRecord.eval and CellResult.eval (held-out evaluation).
 # 4: seed is an axis: Manifest.seed may be a list, CellResult.axes holds seed (filled in from the cell when an
-# older record lacks it, so old and new results of one cell show the same axes).
+# older record lacks it, so old and new results of one cell show the same axes); TensorBytes.host (offload).
 SCHEMA_VERSION = 4
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
@@ -39,6 +39,8 @@ class TensorBytes(_Record):
         description="A separate copy the optimizer updates, beside the compute parameters (FSDP2 zero2 keeps "
         "fp32 shards while the unsharded parameters live through forward and backward); 0 when none.",
     )
+    host: int = Field(0, description="CPU offload: how many of the bytes above are in host memory (parameters, "
+                      "gradients and optimizer states the strategy keeps there); 0 when nothing is offloaded.")
 
 
 class CudaMemory(_Record):

@@ -113,6 +113,7 @@ def count_tensor_bytes(
     count: Callable[[Iterable[torch.Tensor | None]], int] = local_bytes,
     parameters: int | None = None,
     master_weights: int | None = None,
+    host: bool = False,
 ) -> TensorBytes:
     """This rank's TensorBytes, the one way every strategy's `count_bytes` measures itself.
 
@@ -124,7 +125,8 @@ def count_tensor_bytes(
               `storage_bytes` (each storage once, for strategies whose tensors are views of shared buffers).
     parameters, master_weights: bytes to report instead, where they are not a count of `params` and
               `masters` (FSDP2 zero2: the unsharded compute-dtype parameters, its shards a second copy).
-    optimizer_states: always the optimizer's own state (ZeroRedundancyOptimizer: pass its local `.optim`)."""
+    optimizer_states: always the optimizer's own state (ZeroRedundancyOptimizer: pass its local `.optim`).
+    host:     CPU offload: also count, as `host`, the bytes of those tensors that are in host memory."""
     params, masters = list(params), list(masters)
     counted = count(params)
     return TensorBytes(
@@ -133,4 +135,15 @@ def count_tensor_bytes(
         gradients=count([t.grad for t in params + masters]),
         optimizer_states=optimizer_state_bytes(optimizer),
         master_weights=count(params + masters) - counted if master_weights is None else master_weights,
+        host=_host_bytes(params, optimizer) if host else 0,
     )
+
+
+def _host_bytes(params: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the parameters, their gradients and the optimizer states that are in host memory."""
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    tensors = [*params, *(p.grad for p in params if p.grad is not None),
+               *(v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor))]
+    return sum(local_nbytes(t) for t in tensors if local(t).device.type == "cpu")

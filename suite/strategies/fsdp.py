@@ -13,6 +13,17 @@ DTensors) updates only the local shard, so its states are sharded too.
     zero2: reshard_after_forward=False  keep them from forward to backward (no second all-gather; all
                                         parameters are unsharded at the end of forward)
 
+HSDP (`hsdp`): the same calls on a 2-D mesh (replicate R x shard S, S = cell.shard_size).  FSDP2 given a 2-D
+mesh shards each parameter over the last dimension and replicates it over the first: a rank holds 1/S of
+every parameter, the same 1/S as the other ranks of its column.  Forward and backward all-gather within the
+shard group (S ranks: on one node, the usual layout); after backward the gradients are reduce-scattered
+within the group and then all-reduced across the R replicas of the shard.  Memory per rank is zero3's with S
+in place of the world size; what crosses nodes is one all-reduce of 1/S of the gradients.
+
+CPU offload (`zero3-offload`, `hsdp-offload`): CPUOffloadPolicy keeps the sharded parameters, their gradients
+and so the optimizer states and step on the host; each block's shards are copied to the device for its
+all-gather and its gradient shards copied back.  `count_bytes` reports those bytes as host bytes too.
+
 Mixed precision: MixedPrecisionPolicy casts the all-gathered parameters to bf16/fp16 for compute, keeps the
 sharded fp32 parameters as the optimizer's master copy, and reduces gradients in fp32; no autocast needed.
 
@@ -35,7 +46,7 @@ import torch.distributed as dist
 from torch import nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
 from suite.strategies import registry
 from suite.strategies.base import Parallel, count_tensor_bytes, local_bytes, make_optimizer
@@ -43,35 +54,30 @@ from suite.techniques.precision import compute_dtype, fsdp_mp_policy
 
 
 def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
+    """zero2 / zero3 on a 1-D mesh over the world; hsdp on a 2-D mesh (replicate R x shard S, S =
+    cell.shard_size, R x S = world); the -offload entries with FSDP2's CPUOffloadPolicy (module docstring)."""
+    spec = registry.get(cell.strategy)
+    world = dist.get_world_size()
     with unset_fake_temporarily():  # the planner's trace runs under FakeTensorMode; a mesh needs real ranks
-        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    return _shard(model, cell, device, mesh)
+        if spec.shard_group:
+            mesh = init_device_mesh(device.type, (world // cell.shard_size, cell.shard_size),
+                                    mesh_dim_names=("replicate", "shard"))
+        else:
+            mesh = init_device_mesh(device.type, (world,))
+    return _shard(model, cell, device, mesh, spec)
 
 
-def apply_hsdp(model: nn.Module, cell, device: torch.device) -> Parallel:
-    """HSDP: the same calls on a 2-D mesh (replicate R x shard S, S = cell.shard_size, R x S = world).
-
-    FSDP2 given a 2-D mesh shards each parameter over the mesh's last dimension and replicates it over the
-    first: rank r holds 1/S of every parameter, the same 1/S as the other ranks of its column.  Forward and
-    backward all-gather within the shard group (S ranks: on one node, the usual layout); after backward the
-    gradients are reduce-scattered within the group and then all-reduced across the R replicas of the shard.
-    Memory per rank is zero3's with S in place of the world size; the traffic that crosses nodes is one
-    all-reduce of 1/S of the gradients instead of every all-gather."""
-    world, shard = dist.get_world_size(), cell.shard_size
-    with unset_fake_temporarily():
-        mesh = init_device_mesh(device.type, (world // shard, shard), mesh_dim_names=("replicate", "shard"))
-    return _shard(model, cell, device, mesh)
-
-
-def _shard(model: nn.Module, cell, device: torch.device, mesh) -> Parallel:
+def _shard(model: nn.Module, cell, device: torch.device, mesh, spec) -> Parallel:
     # zero3 and hsdp shard parameters at rest, so they free each block's unsharded copy after forward (the
     # registry entry's shards.parameters); zero2 keeps them until backward
-    reshard = registry.get(cell.strategy).shards.parameters
+    reshard = spec.shards.parameters
     mp = fsdp_mp_policy(cell.precision)
+    # pinned host memory makes the copies asynchronous; pinning needs a CUDA runtime
+    offload = {"offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda")} if spec.offload else {}
     for block in model.blocks:
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
     # reshard_after_forward given explicitly, so FSDP does not apply its "root keeps parameters" heuristic
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
     optimizer = make_optimizer(model.parameters(), cell, device)
 
     @contextmanager
@@ -93,7 +99,7 @@ def _shard(model: nn.Module, cell, device: torch.device, mesh) -> Parallel:
 
     return Parallel(
         model=model, optimizer=optimizer, no_sync=no_sync, autocast=False,
-        count_bytes=lambda: count_tensor_bytes(params, optimizer, **overrides),
+        count_bytes=lambda: count_tensor_bytes(params, optimizer, host=spec.offload, **overrides),
         tracker="fsdp", sharded_grad_scaler=True,
         extra={"reshard_after_forward": reshard, **({"mesh": list(mesh.shape)} if mesh.ndim > 1 else {})},
     )

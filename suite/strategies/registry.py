@@ -112,6 +112,10 @@ class StrategySpec:
     # shards within groups of the cell's shard_size ranks and replicates across groups (HSDP): its sharded
     # bytes divide by shard_size, not by the world size; other strategies shard over the whole world
     shard_group: bool = False
+    # CPU offload (FSDP2's CPUOffloadPolicy): sharded parameters, gradients and the optimizer step live on the
+    # host; the device holds the unsharded working set (root + one block) and the activations.  The planner
+    # counts the first as host bytes, apart from the device total
+    offload: bool = False
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -134,6 +138,10 @@ _ZERO3 = Comm(1, 2, pattern="all-gather of parameters in forward and in backward
 # exist only while a block computes: the trace sees them).
 _FSDP2_ZERO2 = (Holds((4, 0), (0, 4), (0, 8), (0, 4)), Holds((2, 0), (0, 4), (0, 8), (0, 4)))
 _SCRATCH_MIXED = {"zero1": Holds((2, 0), (2, 4), (0, 8), (0, 4)), "zero2": Holds((2, 0), (0, 4), (0, 8), (0, 4))}
+_HSDP = Comm(1, 2, per_shard_across_replicas=2,
+             pattern="zero3's all-gathers and reduce-scatter within the shard group, then an all-reduce of each "
+                     "gradient shard across the replicas")
+_UNTESTED = "its state-dict checkpoints are not tested in suite yet"
 # Flat shards in their optimizer: the state-dict API cannot name their optimizer states.
 _FLAT = "its optimizer holds flat shards, not the model's parameters"
 
@@ -150,13 +158,17 @@ BUILTIN: tuple[StrategySpec, ...] = (
     StrategySpec("zero3", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "FSDP2 with reshard_after_forward=True: parameters, gradients and optimizer states sharded",
                  aliases=("fsdp",)),
-    StrategySpec("hsdp", "zero3", "suite.strategies.fsdp:apply_hsdp",
-                 Comm(1, 2, per_shard_across_replicas=2,
-                      pattern="zero3's all-gathers and reduce-scatter within the shard group, then an all-reduce "
-                              "of each gradient shard across the replicas"),
+    StrategySpec("hsdp", "zero3", "suite.strategies.fsdp:apply", _HSDP,
                  "FSDP2 on a 2-D mesh (replicate x shard): zero3 within each shard group of shard_size ranks, "
                  "replicated across groups", shard_group=True, checkpointable=False,
-                 extra={"not_checkpointable": "its state-dict checkpoints are not tested in suite yet"}),
+                 extra={"not_checkpointable": _UNTESTED}),
+    StrategySpec("zero3-offload", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
+                 "zero3 with FSDP2's CPUOffloadPolicy: sharded parameters, gradients and the optimizer step on "
+                 "the host; host-device copies in place of device memory", offload=True, checkpointable=False,
+                 extra={"not_checkpointable": _UNTESTED}),
+    StrategySpec("hsdp-offload", "zero3", "suite.strategies.fsdp:apply", _HSDP,
+                 "hsdp with FSDP2's CPUOffloadPolicy (as zero3-offload, within shard groups)", shard_group=True,
+                 offload=True, checkpointable=False, extra={"not_checkpointable": _UNTESTED}),
     StrategySpec("scratch-dp", "dp", "suite.strategies.scratch.dp:apply", _DP,
                  "hand-written: all-reduce every gradient after backward", twin="ddp"),
     StrategySpec("scratch-dp-overlap", "dp", "suite.strategies.scratch.dp_overlap:apply", _DP,

@@ -14,7 +14,7 @@ from suite.scenario import AXES, Scenario
 REPO = Path(__file__).resolve().parents[2]
 ROW_KEYS = {"cell", "settings", "num_parameters", "memory_bytes", "as_implemented", "traced", "trace_error", "fits",
             "fits_by", "fits_bytes", "flops_per_token", "comm_bytes_per_step"}
-MEMORY_KEYS = {"parameters", "gradients", "optimizer_states", "master_weights", "activations", "total"}
+MEMORY_KEYS = {"parameters", "gradients", "optimizer_states", "master_weights", "activations", "total", "host"}
 # The keys the issue fixes for scenario files (users and CI scripts write them).
 FILE_KEYS = {"name", "description", "launcher", "device", "model", "seq_len", "strategy", "activation_checkpointing",
              "precision", "gpus", "nodes", "micro_batch_size", "global_batch_size", "steps", "warmup_steps", "repeats",

@@ -31,7 +31,6 @@ from suite.scenario import (
 from suite.cells_gates import check_band, check_gate_references, check_match, describe as _describe
 from suite.scenario_types import StrategyName
 from suite.strategies import registry
-from suite.scenario_yaml import clip
 
 # The most cells one scenario may expand to, checked from the product of the axis lengths before expanding:
 # expand + plan of 4,096 cells take well under a second, and a run of that many launches takes days already.

@@ -21,7 +21,7 @@ def check_match(scenario: Scenario, src: SourceMap) -> list[str]:
     return []
 
 
-def _match_references(scenario: Scenario, cells: list[Cell], src: SourceMap) -> list[str]:
+def _match_references(scenario: Scenario, cells: list, src: SourceMap) -> list[str]:
     """Every cell gated by `match` needs its reference cell in the matrix (an `exclude` may have dropped it)."""
     match = scenario.convergence.match if scenario.convergence else None
     if match is None:

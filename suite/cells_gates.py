@@ -7,7 +7,18 @@ from __future__ import annotations
 from typing import Any
 
 from suite.scenario import Scenario, SourceMap
+from suite.strategies import registry
 from suite.scenario_yaml import clip
+
+
+def reference_axes(axes: dict[str, Any], axis: str, value: Any) -> dict[str, Any]:
+    """The axes of the reference cell of a cell with `axes`: `axis` at `value`.  A reference strategy without
+    shard groups has no shard_size (hsdp with shard_size 2 matches zero3, whose shard_size is None)."""
+    want = {**axes, axis: value}
+    if axis == "strategy" and isinstance(value, str) and value in registry.names() and \
+            not registry.get(value).shard_group:
+        want["shard_size"] = None
+    return want
 
 
 def check_match(scenario: Scenario, src: SourceMap) -> list[str]:
@@ -29,7 +40,7 @@ def _match_references(scenario: Scenario, cells: list, src: SourceMap) -> list[s
     value = match.value
     present = {tuple(c.axes().items()) for c in cells}
     for c in cells:
-        if tuple({**c.axes(), match.axis: value}.items()) not in present:
+        if tuple(reference_axes(c.axes(), match.axis, value).items()) not in present:
             return [f"{src.where('convergence', 'match')}: match {match.axis}: {clip(repr(value))}: the reference of "
                     f"cell {c.id} ({describe(c.axes())}) is not in the matrix (dropped by exclude?)"]
     return []
@@ -53,7 +64,7 @@ def check_band(scenario: Scenario, src: SourceMap) -> list[str]:
 
 def band_key(axes: dict[str, Any], band) -> tuple:
     """What a cell shares with its band's reference cells: every axis but seed, the reference axis at its value."""
-    return tuple(sorted(({**axes, band.axis: band.value, "seed": None}).items(), key=lambda kv: kv[0]))
+    return tuple(sorted(({**reference_axes(axes, band.axis, band.value), "seed": None}).items(), key=lambda kv: kv[0]))
 
 
 def _band_references(scenario: Scenario, cells: list, src: SourceMap) -> list[str]:

@@ -21,6 +21,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from suite.cells_gates import reference_axes
 from suite.results.schema import EvalPoint, Gate
 
 OK = ("ok", "gate-failed")  # a gate-failed reference still has a whole curve (as for match)
@@ -36,7 +37,7 @@ def is_band_reference(cell, band) -> bool:
 
 def band_references(cell, cells: Sequence, band) -> list:
     """The reference cells of `cell`'s band: every seed, the reference axis at its value, all else equal."""
-    want = {**cell.axes(), band.axis: band.value}
+    want = reference_axes(cell.axes(), band.axis, band.value)
     return [c for c in cells if {**c.axes(), "seed": want["seed"]} == want]
 
 
@@ -89,8 +90,9 @@ def band_gate(cell, evals: Sequence[EvalPoint], band, refs: Sequence[tuple]) -> 
             continue
         judged += 1
         if value is None or not math.isfinite(value) or not b.lo <= value <= b.hi:
+            shown = "none" if value is None else f"{value:.6g}"
             return Gate(name="band", passed=False, step=p.step,
-                        detail=f"step {p.step}: {band.metric} {'none' if value is None else f'{value:.6g}'} outside {label}: [{b.lo:.6g}, {b.hi:.6g}] "
+                        detail=f"step {p.step}: {band.metric} {shown} outside {label}: [{b.lo:.6g}, {b.hi:.6g}] "
                                f"(mean {b.mean:.6g}, sd {b.sd:.3g})")
         worst = max(worst, abs(value - b.mean) / (b.hi - b.mean) if b.hi > b.mean else 0.0)
     if not judged:

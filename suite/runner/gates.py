@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from suite.cells_gates import reference_axes
 from suite.results.schema import Gate
 
 
@@ -30,7 +31,7 @@ def reference_of(cell, cells: Sequence, match):
     """The cell that differs from `cell` only in the match axis, holding the gate's value (None if absent)."""
     if is_reference(cell, match):
         return None
-    want = {**cell.axes(), match.axis: match.value}
+    want = reference_axes(cell.axes(), match.axis, match.value)
     for other in cells:
         if other.axes() == want:
             return other

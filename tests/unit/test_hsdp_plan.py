@@ -1,0 +1,59 @@
+"""HSDP and CPU offload in the scenario and the planner (pure): shard_size is resolved and checked with the
+numbers, other strategies ignore it (and their ids do not change), bytes divide over the shard group,
+communication adds the all-reduce across replicas, offload's bytes are host bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.cells import expand
+from suite.plan import predict
+from suite.plan.memory import shard_world
+from suite.scenario import Scenario, ScenarioError
+
+BASE = {"name": "h", "model": "gpt-tiny", "seq_len": 16, "gpus": 8, "micro_batch_size": 1, "global_batch_size": 16}
+
+
+def cells(**over):
+    return expand(Scenario.model_validate({**BASE, **over}))
+
+
+def test_shard_size_resolves_checks_and_stays_out_of_other_ids():
+    (default,) = cells(strategy="hsdp")
+    assert default.shard_size == 8  # the GPUs of one node
+    (two_nodes,) = cells(strategy="hsdp", nodes=2, launcher="ray")
+    assert two_nodes.shard_size == 4
+    with pytest.raises(ScenarioError, match="shard_size 3 does not divide gpus 8: the world must factor as "
+                                            "replicas x shard_size"):
+        cells(strategy="hsdp", shard_size=3)
+    swept = cells(strategy=["zero3", "hsdp"], shard_size=[2, 4])
+    assert [(c.strategy, c.shard_size) for c in swept] == [("zero3", None), ("hsdp", 2), ("hsdp", 4)]
+    (zero3,) = cells(strategy="zero3")
+    assert "shard_size" not in zero3.settings() and zero3.id == swept[0].id
+
+
+def test_bytes_divide_over_the_shard_group_and_comm_adds_the_replica_all_reduce():
+    (hsdp,) = cells(strategy="hsdp", shard_size=2)
+    (zero3_on_2,) = cells(strategy="zero3", gpus=2, global_batch_size=4)
+    (zero3,) = cells(strategy="zero3")
+    assert shard_world(hsdp) == 2 and shard_world(zero3) == 8
+    a, b = predict(hsdp), predict(zero3_on_2)
+    for key in ("parameters", "gradients", "optimizer_states"):
+        assert getattr(a.as_implemented, key) == getattr(b.as_implemented, key)
+        assert getattr(a.memory_bytes, key) == getattr(b.memory_bytes, key)
+    psi, k = a.num_parameters, hsdp.grad_accum
+    assert a.comm_bytes_per_step == pytest.approx(4 * psi * ((2 * k + 1) + 2 / 2))
+    (whole,) = cells(strategy="hsdp", shard_size=8)  # one replica: zero3's traffic, no all-reduce
+    assert predict(whole).comm_bytes_per_step == predict(zero3).comm_bytes_per_step
+
+
+def test_offload_keeps_the_static_bytes_on_the_host():
+    (off,) = cells(strategy="zero3-offload")
+    (on,) = cells(strategy="zero3")
+    p, q = predict(off).as_implemented, predict(on).as_implemented
+    static = q.gradients + q.optimizer_states + q.master_weights + q.parameters
+    from suite.plan.implemented import unsharded_bytes
+
+    working = unsharded_bytes(on.model, "zero3", on.precision)
+    assert p.host == pytest.approx(static - working) and q.host == 0
+    assert p.total == pytest.approx(q.total - p.host) and p.total == pytest.approx(working + q.activations)

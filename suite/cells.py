@@ -28,6 +28,7 @@ from suite.scenario import (
     ScenarioError,
     SourceMap,
 )
+from suite.cells_tp import check_tensor_parallel, data_ranks
 from suite.cells_gates import check_band, check_gate_references, check_match, describe as _describe
 from suite.scenario_types import StrategyName
 from suite.strategies import registry
@@ -59,6 +60,8 @@ class Cell(BaseModel):
     gpus: int = Field(description="World size.")
     nodes: int
     shard_size: int | None = Field(None, description="hsdp: ranks per shard group (resolved); None otherwise.")
+    tensor_parallel: int = Field(1, description="Tensor-parallel degree; gpus / tensor_parallel ranks of data "
+                                 "parallelism.")
     micro_batch_size: int
     global_batch_size: int
     grad_accum: int = Field(description="Micro-batches per rank per optimizer step.")
@@ -84,8 +87,10 @@ class Cell(BaseModel):
     def settings(self) -> dict[str, Any]:
         """The resolved settings that define the cell (what its id hashes)."""
         out = {k: v for k, v in self.model_dump(mode="json").items() if k not in _NOT_IN_ID}
-        if out["shard_size"] is None:  # a field added later stays out of the id at its default: old ids hold
-            del out["shard_size"]
+        # fields added later stay out of the id at their defaults: the ids of older results still hold
+        for key, default in (("shard_size", None), ("tensor_parallel", 1)):
+            if out[key] == default:
+                del out[key]
         # The preset is a name, not a setting: a shape written inline equal to a preset is the same cell.
         out["model"] = {k: v for k, v in out["model"].items() if k != "preset"}
         return out
@@ -124,10 +129,17 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
     """Problems that make one combination impossible, each naming the field's line and the numbers."""
     problems = []
     gpus, micro, glob = combo["gpus"], combo["micro_batch_size"], combo["global_batch_size"]
-    if glob % (micro * gpus):
+    tp = combo["tensor_parallel"]
+    problems += check_tensor_parallel(combo, shape, src)
+    if tp == 1 and glob % (micro * gpus):
         problems.append(
             f"{src.where('global_batch_size')}: global_batch_size {glob} is not divisible by "
             f"micro_batch_size {micro} x gpus {gpus}"
+        )
+    elif tp > 1 and gpus % tp == 0 and glob % (micro * (gpus // tp)):
+        problems.append(
+            f"{src.where('global_batch_size')}: global_batch_size {glob} is not divisible by "
+            f"micro_batch_size {micro} x data-parallel ranks {gpus // tp} (gpus {gpus} / tensor_parallel {tp})"
         )
     if combo["nodes"] > 1 and scenario.launcher != "ray":
         problems.append(f"{src.where('nodes')}: nodes {combo['nodes']} > 1 needs launcher: ray (got torchrun)")
@@ -203,7 +215,7 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
             **combo,
             "model": shape,
             "seq_len": shape.tokens if isinstance(shape, VitShape) else combo["seq_len"],
-            "grad_accum": combo["global_batch_size"] // (combo["micro_batch_size"] * combo["gpus"]),
+            "grad_accum": combo["global_batch_size"] // (combo["micro_batch_size"] * data_ranks(combo)),
         }
         cell = Cell(**resolved)
         cell = cell.model_copy(update={"id": cell_id(cell.settings())})

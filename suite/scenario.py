@@ -152,6 +152,9 @@ class Scenario(_Strict):
     shard_size: Gpus | None | list[Gpus | None] = _axis(
         "hsdp: ranks per shard group (parameters sharded within a group, replicated across groups); it must "
         "divide gpus.  Default: the GPUs of one node (gpus / nodes).  Ignored by the other strategies.", None)
+    tensor_parallel: Gpus | list[Gpus] = _axis(
+        "Tensor-parallel degree t (llama): each block's projections split over t ranks, Megatron-style; the "
+        "other gpus / t ways are data parallel (zero3; ddp only when gpus = t).", 1)
     micro_batch_size: Gpus | list[Gpus] = _axis("Samples per rank per forward pass.", 1)
     global_batch_size: Count | list[Count] = _axis(
         "Samples per optimizer step over all ranks; accumulation = global / (micro x gpus), exactly.", 1
@@ -190,7 +193,8 @@ class Scenario(_Strict):
     ray: RaySettings | None = Field(None, description="Ray Train options (launcher: ray only).")
 
     @field_validator("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus", "nodes",
-                     "shard_size", "micro_batch_size", "global_batch_size", "seed", mode="before")
+                     "shard_size", "tensor_parallel", "micro_batch_size", "global_batch_size", "seed",
+                     mode="before")
     @classmethod
     def _non_empty(cls, value: Any) -> Any:
         if isinstance(value, list) and not value:

@@ -27,6 +27,7 @@ AXES = (
     "gpus",
     "nodes",
     "shard_size",
+    "tensor_parallel",
     "micro_batch_size",
     "global_batch_size",
     "seed",

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from suite.plan.comm import comm_bytes_per_step
 from suite.plan.flops import flops_per_token
 from suite.plan.implemented import predict_memory
+from suite.plan.tensor_parallel import per_rank_parameters, tp_comm_elements
 from suite.plan.memory import MemoryBreakdown, activation_bytes, offloaded, shard_world, static_bytes
 from suite.plan.traced import Trace, TraceFailure
 
@@ -48,8 +49,9 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
     `trace`: the cell's Trace (or why tracing failed) from suite.plan.trace, when it was traced."""
     shape = cell.model
     psi = shape.num_parameters()
-    static = static_bytes(psi, cell.strategy, cell.precision, shard_world(cell))
-    acts = activation_bytes(shape, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing, cell.precision)
+    static = static_bytes(per_rank_parameters(cell), cell.strategy, cell.precision, shard_world(cell))
+    acts = activation_bytes(shape, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing, cell.precision,
+                            getattr(cell, "tensor_parallel", 1))
     textbook = offloaded(static, cell.strategy, 0.0, acts)
     implemented = predict_memory(cell)
     traced = trace if isinstance(trace, Trace) else None
@@ -67,6 +69,8 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
         fits_by=by,
         fits_bytes=nbytes,
         flops_per_token=flops_per_token(shape, cell.seq_len),
-        comm_bytes_per_step=comm_bytes_per_step(psi, cell.strategy, cell.precision, cell.gpus, cell.grad_accum,
-                                                shard=getattr(cell, "shard_size", None)),
+        comm_bytes_per_step=comm_bytes_per_step(per_rank_parameters(cell), cell.strategy, cell.precision,
+                                                cell.gpus // getattr(cell, "tensor_parallel", 1), cell.grad_accum,
+                                                shard=getattr(cell, "shard_size", None))
+        + tp_comm_elements(cell) * (4 if cell.precision == "fp32" else 2),
     )

@@ -82,6 +82,7 @@ def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bo
     extra = (("as implemented", "host", lambda r: nbytes(r["as_implemented"].get("host", 0.0)),
               lambda vs: vs != {nbytes(0)}),
              ("gbs", "seed", lambda r: r["settings"]["seed"], lambda vs: len(vs) > 1),
+             ("gpus", "tp", lambda r: r["settings"].get("tensor_parallel", 1), lambda vs: vs != {1}),
              ("gpus", "shard", lambda r: _dash(r["settings"].get("shard_size")), lambda vs: vs != {"-"}))
     for after, col, value, shown in extra:
         if shown({value(r) for r in rows}):

@@ -31,6 +31,7 @@ why `fits` prefers a trace.
 from __future__ import annotations
 
 from suite.plan.memory import MemoryBreakdown, offloaded, shard_world
+from suite.plan.tensor_parallel import per_rank_parameters, split_parameters
 from suite.strategies import registry
 
 
@@ -44,24 +45,28 @@ def static_bytes(num_parameters: int, strategy: str, precision: str, world: int)
     return out
 
 
-def unsharded_bytes(shape, strategy: str, precision: str) -> float:
-    """The parameters a parameter-sharding strategy holds unsharded while computing (see the docstring)."""
+def unsharded_bytes(shape, strategy: str, precision: str, tp: int = 1) -> float:
+    """The parameters a parameter-sharding strategy holds unsharded while computing (see the docstring); a
+    block's split projections are 1/tp of it under tensor parallelism."""
     blocks = registry.get(strategy).holds(precision).unsharded_blocks
     if not blocks:
         return 0.0
-    block = shape.block_parameters()
-    root = shape.num_parameters() - shape.layers * block
+    block = shape.block_parameters() - (split_parameters(shape) * (1 - 1 / tp) if tp > 1 else 0)
+    root = shape.num_parameters() - shape.layers * shape.block_parameters()
     return (2 if precision != "fp32" else 4) * (root + blocks * block)
 
 
-def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, precision: str) -> float:
-    """Activation bytes for one micro-batch over all layers with fused attention (see the module docstring)."""
+def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, precision: str,
+                     tp: int = 1) -> float:
+    """Activation bytes for one micro-batch over all layers with fused attention (see the module docstring);
+    tensor parallelism t splits the block interiors (24 of the 34) and the heads (plan/tensor_parallel.py)."""
     s, b, h, a, layers = seq_len, micro_batch, shape.hidden, shape.heads, shape.layers
     scale = 2 if precision == "fp32" else 1
-    logsumexp = 4 * s * b * a  # fp32, one per query and head
+    logsumexp = 4 * s * b * a / tp  # fp32, one per query and (local) head
+    interior = 10 + 24 / tp
     per_layer = {
-        "none": s * b * h * 34 * scale + logsumexp,
-        "selective": s * b * h * 34 * scale,  # the attention core (and its logsumexp) is recomputed
+        "none": s * b * h * interior * scale + logsumexp,
+        "selective": s * b * h * interior * scale,  # the attention core (and its logsumexp) is recomputed
         "full": 2 * s * b * h * scale,
     }[checkpointing]
     return per_layer * layers + _loss_bytes(shape, s, b)
@@ -76,9 +81,10 @@ def _loss_bytes(shape, seq_len: int, micro_batch: int) -> float:
 
 def predict_memory(cell) -> MemoryBreakdown:
     """The as-implemented per-rank breakdown of a cell."""
-    static = static_bytes(cell.model.num_parameters(), cell.strategy, cell.precision, shard_world(cell))
-    working = unsharded_bytes(cell.model, cell.strategy, cell.precision)  # on the device, offloaded or not
+    tp = getattr(cell, "tensor_parallel", 1)
+    static = static_bytes(per_rank_parameters(cell), cell.strategy, cell.precision, shard_world(cell))
+    working = unsharded_bytes(cell.model, cell.strategy, cell.precision, tp)  # on the device, offloaded or not
     static["parameters"] += working
     acts = activation_bytes(cell.model, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
-                            cell.precision)
+                            cell.precision, tp)
     return offloaded(static, cell.strategy, working, acts)

@@ -49,7 +49,9 @@ def offloaded(static: dict[str, float], strategy: str, device_extra: float, acti
 def shard_world(cell) -> int:
     """The ranks a cell's sharded bytes divide over: the world, or hsdp's shard group (registry shard_group)."""
     shard = getattr(cell, "shard_size", None)
-    return shard if shard and registry.get(cell.strategy).shard_group else cell.gpus
+    if shard and registry.get(cell.strategy).shard_group:
+        return shard
+    return cell.gpus // getattr(cell, "tensor_parallel", 1)  # the data-parallel ranks
 
 
 def static_bytes(num_parameters: int, strategy: str, precision: str, world: int) -> dict[str, float]:
@@ -64,12 +66,14 @@ def static_bytes(num_parameters: int, strategy: str, precision: str, world: int)
     return {"parameters": params, "gradients": grads, "optimizer_states": optim, "master_weights": master}
 
 
-def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, precision: str) -> float:
-    """Textbook activation bytes for one micro-batch over all layers (see the module docstring)."""
+def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, precision: str,
+                     tp: int = 1) -> float:
+    """Textbook activation bytes for one micro-batch over all layers (see the module docstring); with tensor
+    parallelism t, Korthikanti et al.'s s b h (10 + 24 / t + 5 a s / (h t)) (plan/tensor_parallel.py)."""
     s, b, h, a, layers = seq_len, micro_batch, shape.hidden, shape.heads, shape.layers
     per_layer = {
-        "none": s * b * h * (34 + 5 * a * s / h),
-        "selective": s * b * h * 34,
+        "none": s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)),
+        "selective": s * b * h * (10 + 24 / tp),
         "full": 2 * s * b * h,
     }[checkpointing]
     scale = 2 if precision == "fp32" else 1

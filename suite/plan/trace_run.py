@@ -67,7 +67,7 @@ def run_traced(cell, steps: int, phase: list[str]) -> dict[str, Any]:
     with torch._subclasses.fake_tensor.unset_fake_temporarily():
         # real (small) token batches, drawn outside the fake mode and the tracker: sampling them op by op
         # under both costs more than the step; the fake mode lifts them on first use
-        data = build_data(cell, 0, world)
+        data = build_data(cell, 0, world // cell.tensor_parallel)  # rank 0's data-parallel slice
         batches = [data.micro_batches(i) for i in range(steps)]
     counted: dict[str, int] = {}
     step = iter(range(steps))

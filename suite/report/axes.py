@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping, Sequence
 # Axes in the order cells list them (suite.scenario.AXES), with the short header each gets in a table.
 AXIS_HEADERS = {
     "model": "model", "seq_len": "seq", "strategy": "strategy", "activation_checkpointing": "ckpt",
-    "precision": "precision", "gpus": "gpus", "nodes": "nodes", "shard_size": "shard", "micro_batch_size": "mbs",
+    "precision": "precision", "gpus": "gpus", "nodes": "nodes", "shard_size": "shard", "tensor_parallel": "tp", "micro_batch_size": "mbs",
     "global_batch_size": "gbs", "seed": "seed",
 }
 AXES = tuple(AXIS_HEADERS)

@@ -60,9 +60,23 @@ def _in_place_hook(state, bucket):  # no annotation: DDP checks it and this file
     return fut
 
 
-def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
+def apply(model: nn.Module, cell, device: torch.device, mesh=None) -> Parallel:
+    if mesh is not None:  # tensor parallel over every rank (cells_tp: ddp only when gpus = tensor_parallel)
+        return _tensor_parallel_only(model, cell, device)
     ddp = wrap_ddp(model, cell, device)
     optimizer = make_optimizer(ddp.parameters(), cell, device)
     return Parallel(model=ddp, optimizer=optimizer, no_sync=ddp.no_sync,
                     count_bytes=lambda: count_tensor_bytes(ddp.parameters(), optimizer),
                     extra={"bucket_cap_mb": cell.bucket_cap_mb})
+
+
+def _tensor_parallel_only(model: nn.Module, cell, device: torch.device) -> Parallel:
+    """No data parallelism left: nothing to all-reduce.  The replicated parameters (norms, embedding, head)
+    get the same gradient on every rank of the tensor-parallel group, whose input gradients DTensor
+    all-reduces already; the split ones get their own slice's."""
+    from contextlib import nullcontext
+
+    optimizer = make_optimizer(model.parameters(), cell, device)
+    return Parallel(model=model, optimizer=optimizer, no_sync=nullcontext,
+                    count_bytes=lambda: count_tensor_bytes(model.parameters(), optimizer),
+                    extra={"tensor_parallel": cell.tensor_parallel})

@@ -53,11 +53,14 @@ from suite.strategies.base import Parallel, count_tensor_bytes, local_bytes, mak
 from suite.techniques.precision import compute_dtype, fsdp_mp_policy
 
 
-def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
+def apply(model: nn.Module, cell, device: torch.device, mesh=None) -> Parallel:
     """zero2 / zero3 on a 1-D mesh over the world; hsdp on a 2-D mesh (replicate R x shard S, S =
-    cell.shard_size, R x S = world); the -offload entries with FSDP2's CPUOffloadPolicy (module docstring)."""
+    cell.shard_size, R x S = world); the -offload entries with FSDP2's CPUOffloadPolicy (module docstring).
+    `mesh`: with tensor parallelism, the dp dimension of the (dp, tp) mesh the blocks were split on."""
     spec = registry.get(cell.strategy)
     world = dist.get_world_size()
+    if mesh is not None:  # tensor parallel: shard over the data-parallel part of wrap.parallelize's (dp, tp) mesh
+        return _shard(model, cell, device, mesh, spec)
     with unset_fake_temporarily():  # the planner's trace runs under FakeTensorMode; a mesh needs real ranks
         if spec.shard_group:
             mesh = init_device_mesh(device.type, (world // cell.shard_size, cell.shard_size),
@@ -65,6 +68,16 @@ def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
         else:
             mesh = init_device_mesh(device.type, (world,))
     return _shard(model, cell, device, mesh, spec)
+
+
+def _fully_shard(module: nn.Module, **kwargs) -> None:
+    """fully_shard; over tensor-parallel DTensors FSDP2 joins their mesh and its own into a new DeviceMesh, which
+    computes coordinates with tensor ops: under the planner's fake tensors those must run for real."""
+    if any(hasattr(p, "device_mesh") for p in module.parameters()):
+        with unset_fake_temporarily():
+            fully_shard(module, **kwargs)
+    else:
+        fully_shard(module, **kwargs)
 
 
 def _shard(model: nn.Module, cell, device: torch.device, mesh, spec) -> Parallel:
@@ -75,9 +88,9 @@ def _shard(model: nn.Module, cell, device: torch.device, mesh, spec) -> Parallel
     # pinned host memory makes the copies asynchronous; pinning needs a CUDA runtime
     offload = {"offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda")} if spec.offload else {}
     for block in model.blocks:
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
+        _fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
     # reshard_after_forward given explicitly, so FSDP does not apply its "root keeps parameters" heuristic
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
+    _fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
     optimizer = make_optimizer(model.parameters(), cell, device)
 
     @contextmanager

@@ -116,6 +116,9 @@ class StrategySpec:
     # host; the device holds the unsharded working set (root + one block) and the activations.  The planner
     # counts the first as host bytes, apart from the device total
     offload: bool = False
+    # composes with tensor_parallel > 1: its apply takes the (dp, tp) mesh's dp part as `mesh=` (ddp: only with
+    # no data parallelism left, gpus = tp)
+    tensor_parallel: bool = False
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -147,7 +150,7 @@ _FLAT = "its optimizer holds flat shards, not the model's parameters"
 
 BUILTIN: tuple[StrategySpec, ...] = (
     StrategySpec("ddp", "dp", "suite.strategies.ddp:apply", _DP, "DistributedDataParallel, bucketed all-reduce "
-                 "overlapped with backward"),
+                 "overlapped with backward", tensor_parallel=True),
     StrategySpec("zero1", "zero1", "suite.strategies.zero1:apply",
                  Comm(3, pattern="all-reduce of gradients + each shard's owner broadcasts it"),
                  "ZeroRedundancyOptimizer under DDP: optimizer states sharded"),
@@ -157,7 +160,7 @@ BUILTIN: tuple[StrategySpec, ...] = (
                  holds_fp32=_FSDP2_ZERO2[0], holds_mixed=_FSDP2_ZERO2[1]),
     StrategySpec("zero3", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "FSDP2 with reshard_after_forward=True: parameters, gradients and optimizer states sharded",
-                 aliases=("fsdp",)),
+                 aliases=("fsdp",), tensor_parallel=True),
     StrategySpec("hsdp", "zero3", "suite.strategies.fsdp:apply", _HSDP,
                  "FSDP2 on a 2-D mesh (replicate x shard): zero3 within each shard group of shard_size ranks, "
                  "replicated across groups", shard_group=True, checkpointable=False,

@@ -2,9 +2,14 @@
 
 Like torchtitan's `parallelize`, it applies techniques to the plain model in a fixed order:
 
+    0. tensor parallelism        splits each block's projections over the tp ranks (techniques/tensor_parallel.py)
     1. activation checkpointing  wraps each block in `model.blocks`      (suite/techniques/checkpointing.py)
     2. torch.compile (optional)  compiles each (wrapped) block            (suite/techniques/compile.py)
     3. the strategy's apply()    wraps/shards the model, builds the optimizer   (its registry entry says where)
+
+Tensor parallelism first, as torchtitan does: checkpointing and compile then see the blocks as they will run
+(split), and FSDP shards the already-split DTensors over the other mesh dimension.  With tensor_parallel t the
+world is one (dp, tp) mesh of (gpus / t, t); the strategy gets its dp part (`mesh=`).
 
 Why this order: checkpointing must see the plain blocks to decide what to save; compiling after it puts the
 recomputation inside the compiled region; sharding last lets FSDP treat each (checkpointed, compiled) block
@@ -29,9 +34,24 @@ def parallelize(model: nn.Module, cell: Cell, device: torch.device) -> Parallel:
     if not hasattr(model, "blocks"):
         raise TypeError(f"{type(model).__name__} has no .blocks; strategies shard and checkpoint per block")
     apply = get_strategy(cell.strategy)
+    mesh = None
+    if cell.tensor_parallel > 1:
+        mesh = _mesh(cell, device)
+        from suite.techniques.tensor_parallel import apply_tensor_parallel
+
+        apply_tensor_parallel(model, mesh["tp"])
     apply_checkpointing(model, cell.activation_checkpointing)
     if cell.compile:
         from suite.techniques.compile import compile_blocks
 
         compile_blocks(model)
-    return apply(model, cell, device)
+    return apply(model, cell, device) if mesh is None else apply(model, cell, device, mesh=mesh["dp"])
+
+
+def _mesh(cell: Cell, device: torch.device):
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import init_device_mesh
+
+    tp = cell.tensor_parallel
+    with unset_fake_temporarily():  # the planner's trace runs under FakeTensorMode; a mesh needs real ranks
+        return init_device_mesh(device.type, (cell.gpus // tp, tp), mesh_dim_names=("dp", "tp"))

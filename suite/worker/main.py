@@ -114,7 +114,9 @@ def _train(cell: Cell, out_dir: Path, out: _Outcome, hooks: RunHooks | None = No
     par = parallelize(model, cell, rank.device)
     out.extra.update(par.extra)
     t_strategy = time.perf_counter()
-    data = build_data(cell, rank.rank, rank.world_size)
+    # the ranks of a tensor-parallel group (consecutive ranks, the mesh's last dimension) see the same batches
+    tp = cell.tensor_parallel
+    data = build_data(cell, rank.rank // tp, rank.world_size // tp)
     t_data = time.perf_counter()
     out.setup = SetupTimes(process_group=t_pg - t0, model_build=t_model - t_pg, strategy=t_strategy - t_model,
                            data=t_data - t_strategy, total=t_data - t0)

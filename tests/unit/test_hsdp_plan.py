@@ -57,3 +57,40 @@ def test_offload_keeps_the_static_bytes_on_the_host():
     working = unsharded_bytes(on.model, "zero3", on.precision)
     assert p.host == pytest.approx(static - working) and q.host == 0
     assert p.total == pytest.approx(q.total - p.host) and p.total == pytest.approx(working + q.activations)
+
+
+LLAMA = {**BASE, "model": "llama-tiny", "tensor_parallel": 2}
+
+
+def test_tensor_parallel_checks_name_the_numbers():
+    def problem(**over) -> str:
+        with pytest.raises(ScenarioError) as err:
+            expand(Scenario.model_validate({**LLAMA, **over}))
+        return str(err.value)
+
+    assert "tensor_parallel 3 does not divide gpus 8" in problem(tensor_parallel=3, strategy="zero3")
+    assert "tensor_parallel 2 needs a llama model, not gpt" in problem(model="gpt-tiny", strategy="zero3")
+    assert "tensor_parallel 8 does not divide kv_heads 2 of the model" in problem(tensor_parallel=8, strategy="zero3")
+    assert "strategy zero1 does not compose with tensor_parallel 2 (those that do: ddp, zero3)" in \
+        problem(strategy="zero1")
+    assert "composes with tensor_parallel only without data parallelism (gpus = tensor_parallel); gpus 8 / " \
+           "tensor_parallel 2 = 4 data-parallel ranks: use zero3" in problem(strategy="ddp")
+    assert "global_batch_size 6 is not divisible by micro_batch_size 1 x data-parallel ranks 4" in \
+        problem(strategy="zero3", global_batch_size=6)
+
+
+def test_tensor_parallel_arithmetic():
+    from suite.plan.tensor_parallel import split_parameters
+
+    (tp,) = expand(Scenario.model_validate({**LLAMA, "strategy": "zero3"}))
+    (plain,) = expand(Scenario.model_validate({**LLAMA, "strategy": "zero3", "tensor_parallel": 1}))
+    assert "tensor_parallel" not in plain.settings() and tp.grad_accum == 4 and plain.grad_accum == 2
+    shape, p, q = tp.model, predict(tp), predict(plain)
+    psi_tp = shape.num_parameters() - shape.layers * split_parameters(shape) / 2
+    assert p.as_implemented.gradients == pytest.approx(4 * psi_tp / 4)  # fp32 shards over 8 / 2 = 4 dp ranks
+    s, b, h = tp.seq_len, 1, shape.hidden
+    # zero3 over 4 data-parallel ranks on Psi_tp, plus 8 s b h L elements of tensor-parallel all-reduces per
+    # micro-batch
+    dp = (2 * tp.grad_accum + 1) * psi_tp
+    assert p.comm_bytes_per_step == pytest.approx(4 * (dp + 8 * s * b * h * shape.layers * tp.grad_accum))
+    assert p.memory_bytes.activations < q.memory_bytes.activations

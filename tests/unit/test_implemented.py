@@ -65,3 +65,21 @@ def test_fsdp2_unsharded_working_set_is_root_plus_one_block(precision):
     cell = make_cell(model=SHAPE, strategy="zero3", precision=precision, gpus=4, global_batch_size=8)
     traced = trace_cell(cell).category_peaks["Unsharded Param"]
     assert traced == unsharded_bytes(cell.model, "zero3", precision)
+
+
+LLAMA = {"family": "llama", "layers": 2, "hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 512, "vocab": 512}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+@pytest.mark.parametrize("strategy,world", [("ddp", 2), ("zero3", 2), ("zero3", 4)])
+def test_tensor_parallel_holds_what_the_code_counts(strategy, world, precision):
+    """t = 2: the blocks' projections split over 2 ranks, the rest replicated, ZeRO-3 over the world / 2."""
+    cell = make_cell(model=LLAMA, seq_len=32, strategy=strategy, precision=precision, gpus=world,
+                     tensor_parallel=2, micro_batch_size=1, global_batch_size=world)
+    counted = trace_cell(cell).counted
+    p = predict(cell).as_implemented
+    from suite.plan.implemented import unsharded_bytes
+
+    at_rest = p.parameters - unsharded_bytes(cell.model, strategy, precision, 2)
+    for key, want in (("parameters", at_rest), ("gradients", p.gradients), ("optimizer_states", p.optimizer_states)):
+        assert want == pytest.approx(counted[key], rel=0.01, abs=64), (key, want, counted)

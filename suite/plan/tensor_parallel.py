@@ -1,0 +1,35 @@
+"""Tensor-parallel arithmetic (pure): what t-way Megatron tensor parallelism of the Llama blocks changes.
+
+- Parameters per rank: each block's projections (q, k, v, o, gate, up, down) split t ways, its two RMSNorm
+  gains, the embedding, the final norm and the head replicated:
+      Psi_tp = Psi - L x split x (1 - 1/t),     split = 2 h^2 + 2 h kv + 3 h f   (kv = kv_heads x head_dim)
+  The strategy's ZeRO sharding then applies to Psi_tp over the gpus / t data-parallel ranks.
+- Activations per layer (Korthikanti et al. 2022, tensor parallelism without sequence parallelism):
+      s b h (10 + 24 / t + 5 a s / (h t))
+  the residual stream, norms and their inputs are replicated (10), the attention and MLP interiors split (24).
+- Communication per micro-batch: one all-reduce of the (b, s, h) activations after attention and one after the
+  MLP in forward, two of their input gradients in backward: 4 all-reduces of s b h elements per layer, 2 x each
+  for a ring (as comm.py counts all-reduces): 8 s b h L elements per rank per micro-batch.
+"""
+
+from __future__ import annotations
+
+
+def split_parameters(shape) -> int:
+    """Parameters of one block that tensor parallelism splits (all but the two norm gains)."""
+    return shape.block_parameters() - 2 * shape.hidden
+
+
+def per_rank_parameters(cell) -> float:
+    """Psi_tp: the parameters one tensor-parallel rank holds before any ZeRO sharding (Psi when t = 1)."""
+    t, shape = getattr(cell, "tensor_parallel", 1), cell.model
+    psi = shape.num_parameters()
+    return psi if t == 1 else psi - shape.layers * split_parameters(shape) * (1 - 1 / t)
+
+
+def tp_comm_elements(cell) -> float:
+    """Elements each rank sends per optimizer step for tensor parallelism (0 when t = 1)."""
+    t = getattr(cell, "tensor_parallel", 1)
+    if t == 1:
+        return 0.0
+    return 8.0 * cell.seq_len * cell.micro_batch_size * cell.model.hidden * cell.model.layers * cell.grad_accum

@@ -122,7 +122,8 @@ def _shard_size(combo: dict[str, Any]) -> int | None:
     """hsdp's shard group: as written, else the GPUs of one node; None for strategies without shard groups."""
     if not registry.get(combo["strategy"]).shard_group:
         return None
-    return combo["shard_size"] or max(1, combo["gpus"] // combo["nodes"])
+    # the ranks of one node that tensor parallelism leaves (tensor-parallel groups stay within a node)
+    return combo["shard_size"] or max(1, combo["gpus"] // combo["nodes"] // combo["tensor_parallel"])
 
 
 def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap) -> list[str]:
@@ -146,9 +147,12 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
     if gpus % combo["nodes"]:
         problems.append(f"{src.where('gpus')}: gpus {gpus} is not divisible by nodes {combo['nodes']}")
     shard = combo["shard_size"]
-    if shard is not None and gpus % shard:
+    if shard is not None and tp == 1 and gpus % shard:
         problems.append(f"{src.where('shard_size')}: shard_size {shard} does not divide gpus {gpus}: the world must "
                         f"factor as replicas x shard_size")
+    elif shard is not None and tp > 1 and gpus % (shard * tp):
+        problems.append(f"{src.where('shard_size')}: shard_size {shard} x tensor_parallel {tp} does not divide gpus "
+                        f"{gpus}: the world must factor as replicas x shard_size x tensor_parallel")
     seq = combo["seq_len"]
     if isinstance(shape, VitShape):
         if seq is not None and seq != shape.tokens:

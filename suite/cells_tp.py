@@ -43,6 +43,8 @@ def check_tensor_parallel(combo: dict[str, Any], shape: Any, src: SourceMap) -> 
         problems.append(f"{where}: strategy {strategy} composes with tensor_parallel only without data parallelism "
                         f"(gpus = tensor_parallel); gpus {gpus} / tensor_parallel {tp} = {gpus // tp} data-parallel "
                         "ranks: use zero3")
-    if combo.get("nodes", 1) > 1:
-        problems.append(f"{where}: tensor_parallel {tp} across nodes {combo['nodes']} is not supported yet")
+    per_node = gpus // max(1, combo.get("nodes", 1))
+    if per_node % tp:  # consecutive ranks form a group (the mesh's last dimension): keep it on one node's links
+        problems.append(f"{where}: tensor_parallel {tp} does not divide the {per_node} gpus of a node: a "
+                        "tensor-parallel group must stay within a node")
     return problems

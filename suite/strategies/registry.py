@@ -163,7 +163,7 @@ BUILTIN: tuple[StrategySpec, ...] = (
                  aliases=("fsdp",), tensor_parallel=True),
     StrategySpec("hsdp", "zero3", "suite.strategies.fsdp:apply", _HSDP,
                  "FSDP2 on a 2-D mesh (replicate x shard): zero3 within each shard group of shard_size ranks, "
-                 "replicated across groups", shard_group=True, checkpointable=False,
+                 "replicated across groups", shard_group=True, tensor_parallel=True, checkpointable=False,
                  extra={"not_checkpointable": _UNTESTED}),
     StrategySpec("zero3-offload", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "zero3 with FSDP2's CPUOffloadPolicy: sharded parameters, gradients and the optimizer step on "

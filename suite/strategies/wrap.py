@@ -45,13 +45,21 @@ def parallelize(model: nn.Module, cell: Cell, device: torch.device) -> Parallel:
         from suite.techniques.compile import compile_blocks
 
         compile_blocks(model)
-    return apply(model, cell, device) if mesh is None else apply(model, cell, device, mesh=mesh["dp"])
+    if mesh is None:
+        return apply(model, cell, device)
+    dp = ("replicate", "shard") if cell.shard_size else "dp"  # hsdp: a 2-D data-parallel part
+    return apply(model, cell, device, mesh=mesh[dp])
 
 
 def _mesh(cell: Cell, device: torch.device):
+    """(dp, tp), or for hsdp (replicate, shard, tp): tp last, so a tensor-parallel group is consecutive ranks
+    (one node's fast links)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.distributed.device_mesh import init_device_mesh
 
-    tp = cell.tensor_parallel
+    tp, shard = cell.tensor_parallel, cell.shard_size
     with unset_fake_temporarily():  # the planner's trace runs under FakeTensorMode; a mesh needs real ranks
+        if shard:
+            return init_device_mesh(device.type, (cell.gpus // (shard * tp), shard, tp),
+                                    mesh_dim_names=("replicate", "shard", "tp"))
         return init_device_mesh(device.type, (cell.gpus // tp, tp), mesh_dim_names=("dp", "tp"))

@@ -69,3 +69,16 @@ def test_bytes_per_rank_are_the_planners(world, name, groups):
             assert getattr(b, key) == pytest.approx(want, rel=0.05), (r.rank, key, getattr(b, key), want)
         # fewer than a whole model's bytes: the blocks' projections are split
         assert b.parameters < 4 * psi / (world // 2)
+
+
+def test_hsdp_times_tp_on_a_3d_mesh_matches_the_reference(tmp_path):
+    """8 ranks: 2 replicas x 2-rank shard groups x t = 2 (85 s here: 8 ranks on 2 cores)."""
+    cell = make_cell(model="llama-tiny", strategy="hsdp", gpus=8, shard_size=2, tensor_parallel=2, micro_batch_size=1,
+                     global_batch_size=4, steps=4)
+    records = run_group([cell], tmp_path / "group", world=8)[cell.id]
+    ref = run_worker(make_cell(model="llama-tiny", strategy="ddp", gpus=1, global_batch_size=4, steps=4),
+                     tmp_path / "ref")
+    assert all(r.status == "ok" for r in records), [r.error for r in records]
+    assert records[0].extra["mesh"] == [2, 2]  # FSDP2's (replicate, shard) part of the (2, 2, 2) mesh
+    assert records[0].losses == pytest.approx(ref.losses, rel=1e-4)
+    assert records[0].tensor_bytes.gradients == pytest.approx(predict(cell).as_implemented.gradients, rel=0.05)

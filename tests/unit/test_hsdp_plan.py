@@ -71,7 +71,7 @@ def test_tensor_parallel_checks_name_the_numbers():
     assert "tensor_parallel 3 does not divide gpus 8" in problem(tensor_parallel=3, strategy="zero3")
     assert "tensor_parallel 2 needs a llama model, not gpt" in problem(model="gpt-tiny", strategy="zero3")
     assert "tensor_parallel 8 does not divide kv_heads 2 of the model" in problem(tensor_parallel=8, strategy="zero3")
-    assert "strategy zero1 does not compose with tensor_parallel 2 (those that do: ddp, zero3)" in \
+    assert "strategy zero1 does not compose with tensor_parallel 2 (those that do: ddp, zero3, hsdp)" in \
         problem(strategy="zero1")
     assert "composes with tensor_parallel only without data parallelism (gpus = tensor_parallel); gpus 8 / " \
            "tensor_parallel 2 = 4 data-parallel ranks: use zero3" in problem(strategy="ddp")

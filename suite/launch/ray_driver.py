@@ -205,7 +205,7 @@ def main(cell_json: str, workdir_arg: str, worker_module: str) -> int:
         env = {k: os.environ[k] for k in WORKER_ENV if k in os.environ}
         every = settings.checkpoint_every_steps if settings else None
         if every:
-            ray_checkpoint.check_supported(cell.strategy)
+            ray_checkpoint.check_supported(cell.strategy, cell.tensor_parallel)
         storage = Path(settings.storage_path).resolve() if settings and settings.storage_path else workdir / "ray"
         trainer = TorchTrainer(
             ray_entry.train_func,

@@ -20,6 +20,8 @@ def rows() -> list[list[str]]:
     for s in registry.specs():
         shards = ", ".join(k.replace("_", " ") for k, v in asdict(s.shards).items() if v) or "nothing"
         comm = f"{s.comm.per_step:g}" + (f" + {s.comm.per_micro_batch:g} k" if s.comm.per_micro_batch else "")
+        if s.comm.per_shard_across_replicas:  # hsdp: the gradient shards' all-reduce across the replicas
+            comm += f" + {s.comm.per_shard_across_replicas:g}/S"
         out.append([s.name, ", ".join(s.aliases) or "-", s.family, shards, f"{comm} Psi", s.twin or "-",
                     "yes" if s.checkpointable else "no", s.summary])
     return out

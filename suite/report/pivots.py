@@ -5,6 +5,7 @@
 - checkpointing: memory saved versus step time added by selective / full recomputation against none;
 - seq_len: peak memory and step time versus sequence length;
 - scratch: each hand-written strategy (suite/strategies/scratch/) beside its native twin — same loss, what cost?
+- layout: memory and tokens/s by tensor-parallel degree (or hsdp's shard group size) — what does a layout buy?
 A pivot is only built when the rows have the axis it needs with at least two values (the memory pivot needs
 two strategies or two GPU counts); otherwise it would be a one-column table that answers nothing.  Rows of a
 pivot are the combinations of the other axes that vary; when two results land in the same slot (the same cell
@@ -199,7 +200,24 @@ def scratch_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
                   "final loss scratch - native"], body, notes)
 
 
-BUILDERS = (memory_pivot, scaling_pivot, checkpointing_pivot, seq_len_pivot, scratch_pivot)
+def layout_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+    """Tensor-parallel degree (or, without one, hsdp's shard group size) against memory and throughput."""
+    axis = next((a for a in ("tensor_parallel", "shard_size") if a in varying), None)
+    if axis is None:
+        return None
+
+    def cell(slot: dict[Any, Row], value: Any) -> str:
+        r = slot[value]
+        return (f"{_num(r['_states_measured_mib'], ',.1f')} / {_num(r['_states_predicted_mib'], ',.1f')} MiB, "
+                f"{_num(r['tokens_per_s'], ',.0f', ' tok/s')}")
+
+    what = "tensor-parallel degree" if axis == "tensor_parallel" else "HSDP shard group size"
+    return _build(rows, varying, "layout", f"Memory and throughput by {what}",
+                  f"What does each {what} hold per rank (model states, measured / predicted) and how fast does it "
+                  "train (tokens/s)?", axis, lambda v: f"{AXIS_HEADERS[axis]} {'-' if v is None else v}", cell)
+
+
+BUILDERS = (memory_pivot, scaling_pivot, checkpointing_pivot, seq_len_pivot, scratch_pivot, layout_pivot)
 
 
 def pivots(rows: list[Row]) -> list[Pivot]:

@@ -94,3 +94,18 @@ def test_tensor_parallel_arithmetic():
     dp = (2 * tp.grad_accum + 1) * psi_tp
     assert p.comm_bytes_per_step == pytest.approx(4 * (dp + 8 * s * b * h * shape.layers * tp.grad_accum))
     assert p.memory_bytes.activations < q.memory_bytes.activations
+
+
+def test_the_layout_pivot_answers_per_tensor_parallel_degree():
+    from suite.report.pivots import pivots
+
+    def row(tp, measured, tokens):
+        return {"status": "ok", "strategy": "zero3", "tensor_parallel": tp, "gpus": 4, "_created_at": "t",
+                "_states_measured_mib": measured, "_states_predicted_mib": measured * 1.01, "tokens_per_s": tokens,
+                "step_median_ms": 10.0, "memory_measured_mib": None, "memory_scope": None,
+                "_activations_measured_mib": None, "final_loss": 1.0}
+
+    (layout,) = [p for p in pivots([row(1, 8.0, 1000.0), row(2, 5.0, 900.0)]) if p.name == "layout"]
+    assert layout.header == ["cells", "tp 1", "tp 2"]
+    assert layout.rows == [["all", "8.0 / 8.1 MiB, 1,000 tok/s", "5.0 / 5.0 MiB, 900 tok/s"]]  # 5.05 rounds to even
+    assert not [p for p in pivots([row(1, 8.0, 1000.0), row(1, 8.0, 1000.0)]) if p.name == "layout"]

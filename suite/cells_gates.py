@@ -89,5 +89,8 @@ def check_gate_references(scenario: Scenario, cells: list, src: SourceMap) -> li
 
 
 def describe(combo: dict[str, Any]) -> str:
+    """The axes that tell a cell apart in an error; the later axes only where they are not at their defaults."""
+    later = {"shard_size": None, "tensor_parallel": 1}
     return ", ".join(f"{k}={v}" for k, v in combo.items() if k in ("model", "seq_len", "strategy", "gpus",
-                                                                     "micro_batch_size", "global_batch_size", "nodes"))
+                                                                     "micro_batch_size", "global_batch_size", "nodes")
+                     or (k in later and v != later[k]))

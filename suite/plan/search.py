@@ -15,6 +15,7 @@ from typing import Callable
 
 from pydantic import BaseModel, Field
 
+from suite.plan.implemented import predict_memory
 from suite.plan.traced import Trace, TraceFailure
 
 MAX_SEARCH_MICRO_BATCH = 4096
@@ -44,7 +45,9 @@ def max_micro_batch(cell, get: Callable[[object], Trace | TraceFailure], headroo
 
     def peak(m: int) -> int | None:
         found = get(cell.model_copy(update={"micro_batch_size": m}))
-        value = found.peak if isinstance(found, Trace) else None
+        # offload: the CPU trace counts host and device as one memory; the device's share is the peak less the
+        # host bytes (as predict's `fits`)
+        value = found.peak - int(predict_memory(cell).host) if isinstance(found, Trace) else None
         tried.append((m, value))
         if isinstance(found, TraceFailure):
             raise _Failed(found.error)

@@ -9,7 +9,8 @@
   the residual stream, norms and their inputs are replicated (10), the attention and MLP interiors split (24).
 - Communication per micro-batch: one all-reduce of the (b, s, h) activations after attention and one after the
   MLP in forward, two of their input gradients in backward: 4 all-reduces of s b h elements per layer, 2 x each
-  for a ring (as comm.py counts all-reduces): 8 s b h L elements per rank per micro-batch.
+  for a ring (as comm.py counts all-reduces): 8 s b h L elements per rank per micro-batch (12 with full
+  checkpointing, which runs each block's forward, and its two all-reduces, again in backward).
 """
 
 from __future__ import annotations
@@ -32,4 +33,6 @@ def tp_comm_elements(cell) -> float:
     t = getattr(cell, "tensor_parallel", 1)
     if t == 1:
         return 0.0
-    return 8.0 * cell.seq_len * cell.micro_batch_size * cell.model.hidden * cell.model.layers * cell.grad_accum
+    # full checkpointing recomputes each block's forward in backward: its 2 all-reduces again (12, not 8)
+    per = 12.0 if cell.activation_checkpointing == "full" else 8.0
+    return per * cell.seq_len * cell.micro_batch_size * cell.model.hidden * cell.model.layers * cell.grad_accum

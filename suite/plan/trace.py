@@ -40,7 +40,7 @@ MAX_TRACE_LAYERS = 512  # building is O(modules) Python work: 512 layers take ab
 
 # What decides a cell's memory (its id also hashes steps, seed, lr, data: they do not change the trace).
 _TRACE_FIELDS = ("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus", "shard_size",
-                 "micro_batch_size", "bucket_cap_mb")
+                 "tensor_parallel", "micro_batch_size", "bucket_cap_mb")
 
 
 class TraceError(Exception):
@@ -50,7 +50,8 @@ class TraceError(Exception):
 def trace_key(cell) -> str:
     """Cells with the same key have the same trace (see _TRACE_FIELDS; accumulation counted up to 2)."""
     s = cell.settings()
-    key = {f: s[f] for f in _TRACE_FIELDS if f in s} | {  # shard_size: only in the settings of hsdp cells
+    # shard_size, tensor_parallel: only in the settings of cells that use them (old keys stay as they were)
+    key = {f: s[f] for f in _TRACE_FIELDS if f in s} | {
         "micro_batches": min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES),
         "optimizer": s["optimizer"]["name"],  # always traced with the foreach implementation (traced_cell)
     }
@@ -85,7 +86,8 @@ def traced_cell(cell):
     optimizer = cell.optimizer.model_copy(update={"fused": False})
     return cell.model_copy(update={
         "compile": False, "data": SyntheticData(kind="synthetic"), "grad_accum": micro_batches,
-        "global_batch_size": cell.micro_batch_size * cell.gpus * micro_batches, "optimizer": optimizer,
+        "global_batch_size": cell.micro_batch_size * (cell.gpus // cell.tensor_parallel) * micro_batches,
+        "optimizer": optimizer,
     })
 
 

@@ -5,6 +5,7 @@ judged cell's held-out curve drawn over it, points outside the band marked.  Dra
 from __future__ import annotations
 
 from suite.report.plots import MAX_LINES, MAX_LOSS_FIGURES, Plot, Row, _figure, _png
+from suite.cells_gates import reference_axes
 from suite.results.schema import EvalPoint
 from suite.runner.band import band_points, metric_of
 from suite.scenario_gates import BandGate
@@ -29,7 +30,10 @@ def band_plots(rows: list[Row], axes: list[str]) -> list[Plot]:
         band = _band_of(r)
         if band is None or not _curve(r):
             continue
-        key = (r["run"],) + tuple(str(r.get(a)) for a in axes if a not in ("seed", band.axis))
+        # grouped as the gate finds references: the reference axis at its value, seed apart (reference_axes also
+        # clears shard_size for a reference strategy without shard groups)
+        ref_axes = reference_axes({a: r.get(a) for a in axes}, band.axis, band.value)
+        key = (r["run"],) + tuple(str(v) for a, v in ref_axes.items() if a != "seed")
         groups.setdefault(key, (band, []))[1].append(r)
     plots = []
     for n, (band, members) in enumerate(list(groups.values())[:MAX_LOSS_FIGURES], start=1):

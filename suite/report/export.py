@@ -79,7 +79,12 @@ def to_pytest_benchmark(runs: list[Run]) -> dict[str, Any]:
             if not times:
                 left_out.append({"run": run.label, "cell": cell_id, "status": first.status})
                 continue
-            params = {a: first.axes[a] for a in AXES if a in first.axes}
+            # axes added later are left out at their defaults (and seed unless swept), so a cell keeps the
+            # benchmark name it had before they existed
+            defaults = {"shard_size": None, "tensor_parallel": 1}
+            swept_seed = isinstance(run.manifest.seed, list)
+            params = {a: first.axes[a] for a in AXES if a in first.axes
+                      and not (a in defaults and first.axes[a] == defaults[a]) and (a != "seed" or swept_seed)}
             param = "-".join(str(v) for v in params.values())
             tps = [r.throughput.tokens_per_s for r in results if r.throughput]
             benchmarks.append({

@@ -54,7 +54,9 @@ def _slots(rows: list[Row], varying_axes: list[str], col_axis: str,
             if slot[key]["_created_at"] > row["_created_at"]:
                 continue
         slot[key] = row
-    cols = sorted({r.get(col_axis) for r in rows}, key=lambda v: (CKPT_ORDER.index(v) if v in CKPT_ORDER else 0, v))
+    # None (an axis a strategy does not use, e.g. zero3's shard_size) sorts first
+    cols = sorted({r.get(col_axis) for r in rows},
+                  key=lambda v: (v is not None, CKPT_ORDER.index(v) if v in CKPT_ORDER else 0, v if v is not None else 0))
     return table, cols, collisions
 
 

@@ -249,13 +249,16 @@ class CellResult(_Record):
 
     @model_validator(mode="before")
     @classmethod
-    def _seed_axis(cls, data: Any) -> Any:
-        # results before schema 4 had no seed axis: their cell's seed is it
-        if isinstance(data, dict) and isinstance(data.get("axes"), dict) and "seed" not in data["axes"]:
-            seed = data.get("cell", {}).get("seed") if isinstance(data.get("cell"), dict) else None
-            if seed is not None:
-                data = {**data, "axes": {**data["axes"], "seed": seed}}
-        return data
+    def _new_axes(cls, data: Any) -> Any:
+        # results before schema 4 had no seed, shard_size or tensor_parallel axes: fill them from the cell (or
+        # the defaults), so old and new results of one cell show the same axes to tables, pivots and compare
+        if not (isinstance(data, dict) and isinstance(data.get("axes"), dict)):
+            return data
+        cell = data["cell"] if isinstance(data.get("cell"), dict) else {}
+        missing = {k: cell.get(k, default) for k, default in (("seed", None), ("shard_size", None),
+                                                              ("tensor_parallel", 1)) if k not in data["axes"]}
+        missing = {k: v for k, v in missing.items() if v is not None or k == "shard_size"}
+        return {**data, "axes": {**data["axes"], **missing}} if missing else data
 
 
 class Manifest(_Record):

@@ -8,6 +8,7 @@ from pathlib import Path
 from suite.cells import Cell, expand, load_cells
 from suite.results import reader
 from suite.results.schema import CellResult
+from suite.runner.band import band_references, is_band_reference
 from suite.runner.gates import reference_of
 from suite.runner.resume import DamagedRun, read_stored
 from suite.scenario import Scenario, load_scenario
@@ -18,7 +19,7 @@ class RunError(Exception):
 
 
 def select_cells(cells: list[Cell], only: list[str]) -> tuple[list[Cell], list[str]]:
-    """Cells named by --only (id or unique id prefix), plus the references their match gates need."""
+    """Cells named by --only (id or unique id prefix), plus the references their match and band gates need."""
     if not only:
         return cells, []
     chosen: list[Cell] = []
@@ -36,6 +37,12 @@ def select_cells(cells: list[Cell], only: list[str]) -> tuple[list[Cell], list[s
         if ref is not None and ref not in chosen:
             chosen.append(ref)
             notes.append(f"added {ref.id}: the reference of {c.id}'s match gate ({match.axis}={match.value})")
+        band = c.convergence.band if c.convergence else None
+        if band is not None and not is_band_reference(c, band):
+            for ref in band_references(c, cells, band):
+                if ref not in chosen:
+                    chosen.append(ref)
+                    notes.append(f"added {ref.id}: seed {ref.seed} of {c.id}'s band ({band.axis}={band.value})")
     return [c for c in cells if c in chosen], notes
 
 

@@ -109,3 +109,43 @@ def test_the_layout_pivot_answers_per_tensor_parallel_degree():
     assert layout.header == ["cells", "tp 1", "tp 2"]
     assert layout.rows == [["all", "8.0 / 8.1 MiB, 1,000 tok/s", "5.0 / 5.0 MiB, 900 tok/s"]]  # 5.0 x 1.01 is 5.04999... in binary
     assert not [p for p in pivots([row(1, 8.0, 1000.0), row(1, 8.0, 1000.0)]) if p.name == "layout"]
+
+
+def test_old_results_read_with_the_new_axes_and_layouts_with_none_sort():
+    from suite.plan.trace import trace_key
+    from suite.report.pivots import pivots
+    from suite.results.schema import CellResult
+
+    (cell,) = cells(strategy="zero3")
+    new = CellResult(cell_id=cell.id, axes=cell.axes(), cell=cell.model_dump(mode="json"), status="ok",
+                     started_at="", finished_at="", launcher="torchrun", prediction={})
+    old_axes = {k: v for k, v in cell.axes().items() if k not in ("seed", "shard_size", "tensor_parallel")}
+    old = CellResult.model_validate({**new.model_dump(mode="json"), "axes": old_axes,
+                                     "cell": {k: v for k, v in new.cell.items() if k not in ("shard_size",
+                                                                                             "tensor_parallel")}})
+    assert old.axes == new.axes  # a pre-schema-4 record shows the axes a new one does
+    (tp,) = expand(Scenario.model_validate({**LLAMA, "strategy": "zero3"}))
+    (no_tp,) = expand(Scenario.model_validate({**LLAMA, "strategy": "zero3", "tensor_parallel": 1}))
+    assert trace_key(tp) != trace_key(no_tp)  # a tp cell never reuses the trace of its tp = 1 twin
+
+    def row(strategy, shard):
+        return {"status": "ok", "strategy": strategy, "shard_size": shard, "_created_at": "t", "tokens_per_s": 1.0,
+                "_states_measured_mib": 1.0, "_states_predicted_mib": 1.0, "step_median_ms": 1.0,
+                "memory_measured_mib": None, "memory_scope": None, "_activations_measured_mib": None,
+                "final_loss": 1.0}
+
+    (layout,) = [p for p in pivots([row("zero3", None), row("hsdp", 2)]) if p.name == "layout"]
+    assert layout.header == ["cells", "shard -", "shard 2"]  # zero3's None sorts first, without a TypeError
+
+
+def test_only_a_judged_seed_brings_its_band_references():
+    from suite.runner.opening import select_cells
+
+    base = {"name": "b", "model": "gpt-tiny", "seq_len": 16, "strategy": ["ddp", "zero3"], "gpus": 2,
+            "global_batch_size": 2, "seed": [0, 1, 2], "eval": {"every_steps": 5},
+            "convergence": {"band": {"reference": {"strategy": "ddp"}}}}
+    cs = expand(Scenario.model_validate(base))
+    judged = next(c for c in cs if c.strategy == "zero3" and c.seed == 1)
+    chosen, notes = select_cells(cs, [judged.id])
+    assert sorted((c.strategy, c.seed) for c in chosen) == [("ddp", 0), ("ddp", 1), ("ddp", 2), ("zero3", 1)]
+    assert len(notes) == 3 and "seed 0 of" in notes[0]

@@ -30,7 +30,7 @@ from suite.scenario import (
 )
 from suite.cells_tp import check_tensor_parallel, data_ranks
 from suite.cells_gates import check_band, check_gate_references, check_match, describe as _describe
-from suite.scenario_types import StrategyName
+from suite.scenario_types import LATER_AXES, StrategyName
 from suite.strategies import registry
 
 # The most cells one scenario may expand to, checked from the product of the axis lengths before expanding:
@@ -88,7 +88,7 @@ class Cell(BaseModel):
         """The resolved settings that define the cell (what its id hashes)."""
         out = {k: v for k, v in self.model_dump(mode="json").items() if k not in _NOT_IN_ID}
         # fields added later stay out of the id at their defaults: the ids of older results still hold
-        for key, default in (("shard_size", None), ("tensor_parallel", 1)):
+        for key, default in LATER_AXES.items():
             if out[key] == default:
                 del out[key]
         # The preset is a name, not a setting: a shape written inline equal to a preset is the same cell.
@@ -130,29 +130,24 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
     """Problems that make one combination impossible, each naming the field's line and the numbers."""
     problems = []
     gpus, micro, glob = combo["gpus"], combo["micro_batch_size"], combo["global_batch_size"]
-    tp = combo["tensor_parallel"]
-    problems += check_tensor_parallel(combo, shape, src)
-    if tp == 1 and glob % (micro * gpus):
+    tp, dp = combo["tensor_parallel"], data_ranks(combo)
+    problems += check_tensor_parallel(combo, shape, src)  # also: tp must divide gpus (else dp is meaningless)
+    if gpus % tp == 0 and glob % (micro * dp):
+        ranks = f"gpus {gpus}" if tp == 1 else f"data-parallel ranks {dp} (gpus {gpus} / tensor_parallel {tp})"
         problems.append(
             f"{src.where('global_batch_size')}: global_batch_size {glob} is not divisible by "
-            f"micro_batch_size {micro} x gpus {gpus}"
-        )
-    elif tp > 1 and gpus % tp == 0 and glob % (micro * (gpus // tp)):
-        problems.append(
-            f"{src.where('global_batch_size')}: global_batch_size {glob} is not divisible by "
-            f"micro_batch_size {micro} x data-parallel ranks {gpus // tp} (gpus {gpus} / tensor_parallel {tp})"
+            f"micro_batch_size {micro} x {ranks}"
         )
     if combo["nodes"] > 1 and scenario.launcher != "ray":
         problems.append(f"{src.where('nodes')}: nodes {combo['nodes']} > 1 needs launcher: ray (got torchrun)")
     if gpus % combo["nodes"]:
         problems.append(f"{src.where('gpus')}: gpus {gpus} is not divisible by nodes {combo['nodes']}")
     shard = combo["shard_size"]
-    if shard is not None and tp == 1 and gpus % shard:
-        problems.append(f"{src.where('shard_size')}: shard_size {shard} does not divide gpus {gpus}: the world must "
-                        f"factor as replicas x shard_size")
-    elif shard is not None and tp > 1 and gpus % (shard * tp):
-        problems.append(f"{src.where('shard_size')}: shard_size {shard} x tensor_parallel {tp} does not divide gpus "
-                        f"{gpus}: the world must factor as replicas x shard_size x tensor_parallel")
+    if shard is not None and gpus % (shard * tp):
+        group, factors = ((f"shard_size {shard}", "replicas x shard_size") if tp == 1 else
+                          (f"shard_size {shard} x tensor_parallel {tp}", "replicas x shard_size x tensor_parallel"))
+        problems.append(f"{src.where('shard_size')}: {group} does not divide gpus {gpus}: the world must factor as "
+                        f"{factors}")
     seq = combo["seq_len"]
     if isinstance(shape, VitShape):
         if seq is not None and seq != shape.tokens:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from suite.scenario import Scenario, SourceMap
+from suite.scenario_types import LATER_AXES
 from suite.strategies import registry
 from suite.scenario_yaml import clip
 
@@ -90,7 +91,6 @@ def check_gate_references(scenario: Scenario, cells: list, src: SourceMap) -> li
 
 def describe(combo: dict[str, Any]) -> str:
     """The axes that tell a cell apart in an error; the later axes only where they are not at their defaults."""
-    later = {"shard_size": None, "tensor_parallel": 1}
     return ", ".join(f"{k}={v}" for k, v in combo.items() if k in ("model", "seq_len", "strategy", "gpus",
                                                                      "micro_batch_size", "global_batch_size", "nodes")
-                     or (k in later and v != later[k]))
+                     or (k in LATER_AXES and v != LATER_AXES[k]))

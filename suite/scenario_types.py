@@ -33,6 +33,11 @@ AXES = (
     "seed",
 )
 
+# Axes added after results were first stored, at the value every older cell had: left out of cell ids and
+# benchmark names at it (so those stay as they were), filled in on reading an older result, and not named in
+# errors.  (seed was a setting before it was an axis: older results carry it in their cell.)
+LATER_AXES = {"shard_size": None, "tensor_parallel": 1}
+
 
 class Strict(BaseModel):
     """The base of every scenario model: unknown keys are errors, values are frozen, floats are finite."""

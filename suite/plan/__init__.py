@@ -49,7 +49,8 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
     `trace`: the cell's Trace (or why tracing failed) from suite.plan.trace, when it was traced."""
     shape = cell.model
     psi = shape.num_parameters()
-    static = static_bytes(per_rank_parameters(cell), cell.strategy, cell.precision, shard_world(cell))
+    psi_rank = per_rank_parameters(cell)  # psi, or less under tensor parallelism
+    static = static_bytes(psi_rank, cell.strategy, cell.precision, shard_world(cell))
     acts = activation_bytes(shape, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing, cell.precision,
                             getattr(cell, "tensor_parallel", 1))
     textbook = offloaded(static, cell.strategy, 0.0, acts)
@@ -69,7 +70,7 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
         fits_by=by,
         fits_bytes=nbytes,
         flops_per_token=flops_per_token(shape, cell.seq_len),
-        comm_bytes_per_step=comm_bytes_per_step(per_rank_parameters(cell), cell.strategy, cell.precision,
+        comm_bytes_per_step=comm_bytes_per_step(psi_rank, cell.strategy, cell.precision,
                                                 cell.gpus // getattr(cell, "tensor_parallel", 1), cell.grad_accum,
                                                 shard=getattr(cell, "shard_size", None))
         + tp_comm_elements(cell) * (4 if cell.precision == "fp32" else 2),

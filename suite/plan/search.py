@@ -42,12 +42,13 @@ def max_micro_batch(cell, get: Callable[[object], Trace | TraceFailure], headroo
         raise ValueError(f"--headroom {headroom:g} must be at least 0 and below 1 (a fraction of gpu_memory_gb)")
     limit = cell.gpu_memory_gb * 1e9 * (1 - headroom)
     tried: list[tuple[int, int | None]] = []
+    # offload: the CPU trace counts host and device as one memory; the device's share is the peak less the host
+    # bytes (as predict's `fits`), which do not depend on the micro-batch
+    host = int(predict_memory(cell).host)
 
     def peak(m: int) -> int | None:
         found = get(cell.model_copy(update={"micro_batch_size": m}))
-        # offload: the CPU trace counts host and device as one memory; the device's share is the peak less the
-        # host bytes (as predict's `fits`)
-        value = found.peak - int(predict_memory(cell).host) if isinstance(found, Trace) else None
+        value = found.peak - host if isinstance(found, Trace) else None
         tried.append((m, value))
         if isinstance(found, TraceFailure):
             raise _Failed(found.error)

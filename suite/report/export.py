@@ -15,6 +15,7 @@ from bisect import bisect_left, bisect_right
 from typing import Any
 
 from suite.report.axes import AXES
+from suite.scenario_types import LATER_AXES
 from suite.results.reader import Run
 
 FORMAT_VERSION = "5.1.0"  # the pytest-benchmark file format this writes (unchanged since 3.x apart from 'ops')
@@ -81,10 +82,9 @@ def to_pytest_benchmark(runs: list[Run]) -> dict[str, Any]:
                 continue
             # axes added later are left out at their defaults (and seed unless swept), so a cell keeps the
             # benchmark name it had before they existed
-            defaults = {"shard_size": None, "tensor_parallel": 1}
             swept_seed = isinstance(run.manifest.seed, list)
             params = {a: first.axes[a] for a in AXES if a in first.axes
-                      and not (a in defaults and first.axes[a] == defaults[a]) and (a != "seed" or swept_seed)}
+                      and not (a in LATER_AXES and first.axes[a] == LATER_AXES[a]) and (a != "seed" or swept_seed)}
             param = "-".join(str(v) for v in params.values())
             tps = [r.throughput.tokens_per_s for r in results if r.throughput]
             benchmarks.append({

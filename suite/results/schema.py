@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from suite.scenario_types import LATER_AXES
+
 # 1: the first.  2: RankRecord.restarts and CellResult.first_failure (new fields; an older suite, whose models
 # forbid unknown keys, then says "newer schema" instead of failing on an unknown key).  Version-1 records read
 # as before: the new fields take their defaults.  3: RankRecord.eval and CellResult.eval (held-out evaluation).
@@ -255,9 +257,9 @@ class CellResult(_Record):
         if not (isinstance(data, dict) and isinstance(data.get("axes"), dict)):
             return data
         cell = data["cell"] if isinstance(data.get("cell"), dict) else {}
-        missing = {k: cell.get(k, default) for k, default in (("seed", None), ("shard_size", None),
-                                                              ("tensor_parallel", 1)) if k not in data["axes"]}
-        missing = {k: v for k, v in missing.items() if v is not None or k == "shard_size"}
+        missing = {k: cell.get(k, default) for k, default in LATER_AXES.items() if k not in data["axes"]}
+        if "seed" not in data["axes"] and cell.get("seed") is not None:
+            missing["seed"] = cell["seed"]
         return {**data, "axes": {**data["axes"], **missing}} if missing else data
 
 

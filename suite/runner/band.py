@@ -23,16 +23,13 @@ from typing import Sequence
 
 from suite.cells_gates import reference_axes
 from suite.results.schema import EvalPoint, Gate
+from suite.runner.gates import is_reference  # a band's reference cells, as a match gate's: axis at value
 
 OK = ("ok", "gate-failed")  # a gate-failed reference still has a whole curve (as for match)
 
 
 def metric_of(p: EvalPoint, metric: str) -> float | None:
     return {"eval_loss": p.loss, "accuracy": p.accuracy, "perplexity": p.perplexity}[metric]
-
-
-def is_band_reference(cell, band) -> bool:
-    return cell.axes()[band.axis] == band.value
 
 
 def band_references(cell, cells: Sequence, band) -> list:
@@ -72,7 +69,7 @@ def band_points(curves: Sequence[Sequence[EvalPoint]], band) -> dict[int, BandPo
 def band_gate(cell, evals: Sequence[EvalPoint], band, refs: Sequence[tuple]) -> Gate:
     """The band gate of `cell` given its reference cells and their results: [(cell, result or None), ...]."""
     want = f"{band.axis}={band.value}"
-    if is_band_reference(cell, band):
+    if is_reference(cell, band):
         return Gate(name="band", passed=True, detail=f"this cell is one of the {len(refs)} reference seeds ({want})")
     bad = [(c, r) for c, r in refs if r is None or r.status not in OK]
     if bad:

@@ -8,8 +8,8 @@ from pathlib import Path
 from suite.cells import Cell, expand, load_cells
 from suite.results import reader
 from suite.results.schema import CellResult
-from suite.runner.band import band_references, is_band_reference
-from suite.runner.gates import reference_of
+from suite.runner.band import band_references
+from suite.runner.gates import is_reference, reference_of
 from suite.runner.resume import DamagedRun, read_stored
 from suite.scenario import Scenario, load_scenario
 
@@ -38,7 +38,7 @@ def select_cells(cells: list[Cell], only: list[str]) -> tuple[list[Cell], list[s
             chosen.append(ref)
             notes.append(f"added {ref.id}: the reference of {c.id}'s match gate ({match.axis}={match.value})")
         band = c.convergence.band if c.convergence else None
-        if band is not None and not is_band_reference(c, band):
+        if band is not None and not is_reference(c, band):
             for ref in band_references(c, cells, band):
                 if ref not in chosen:
                     chosen.append(ref)

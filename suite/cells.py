@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from suite.models.presets import GptShape, LlamaShape, ModelShape, VitShape, resolve
+from suite.models.own import AnyShape, HfShape, ModelShape, PythonShape, fixed_seq_len
+from suite.models.presets import GptShape, resolve
 from suite.scenario import (
     AXES,
     Checkpointing,
@@ -91,8 +92,10 @@ class Cell(BaseModel):
         for key, default in LATER_AXES.items():
             if out[key] == default:
                 del out[key]
-        # The preset is a name, not a setting: a shape written inline equal to a preset is the same cell.
-        out["model"] = {k: v for k, v in out["model"].items() if k != "preset"}
+        # The preset is a name, not a setting: a shape written inline equal to a preset is the same cell.  So is
+        # an hf config's path: the cell is what the file holds (`contents`), wherever it lies.
+        out["model"] = {k: v for k, v in out["model"].items()
+                        if k != "preset" and not (k == "config" and out["model"]["family"] == "hf")}
         return out
 
     def axes(self) -> dict[str, Any]:
@@ -102,9 +105,14 @@ class Cell(BaseModel):
         return values
 
 
-def model_label(shape: GptShape | LlamaShape | VitShape) -> str:
+def model_label(shape: AnyShape) -> str:
     if shape.preset:
         return shape.preset
+    if isinstance(shape, HfShape):  # the config file's name: scenarios/models/qwen2-tiny.json -> hf-qwen2-tiny
+        stem = shape.config.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+        return "hf-" + (stem[:-5] if stem.endswith(".json") else stem)
+    if isinstance(shape, PythonShape):
+        return "py-" + shape.factory.rsplit(":", 1)[-1]
     return f"{shape.family}-L{shape.layers}-h{shape.hidden}"
 
 
@@ -148,25 +156,26 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
                           (f"shard_size {shard} x tensor_parallel {tp}", "replicas x shard_size x tensor_parallel"))
         problems.append(f"{src.where('shard_size')}: {group} does not divide gpus {gpus}: the world must factor as "
                         f"{factors}")
-    seq = combo["seq_len"]
-    if isinstance(shape, VitShape):
-        if seq is not None and seq != shape.tokens:
-            problems.append(
-                f"{src.where('seq_len')}: seq_len {seq} does not fit vit: it is fixed at {shape.tokens} "
-                f"((image_size/patch_size)^2 + 1); leave seq_len out"
-            )
+    seq, fixed = combo["seq_len"], fixed_seq_len(shape)
+    if fixed is not None:
+        if seq is not None and seq != fixed:
+            why = "((image_size/patch_size)^2 + 1)" if shape.family == "vit" else "(an image is one sample)"
+            problems.append(f"{src.where('seq_len')}: seq_len {seq} does not fit {model_label(shape)}: it is fixed "
+                            f"at {fixed} {why}; leave seq_len out")
         if scenario.data.kind == "text":
-            problems.append(f"{src.where('data')}: data kind text needs a gpt or llama model, not vit")
+            problems.append(f"{src.where('data')}: data kind text needs a token model, not {model_label(shape)}")
     else:
+        limit = shape.max_seq_len if isinstance(shape, GptShape) else getattr(shape, "max_positions", None)
         if seq is None:
             problems.append(f"{src.where('seq_len')}: seq_len is required for {shape.family} models")
-        elif isinstance(shape, GptShape) and seq > shape.max_seq_len:
+        elif limit is not None and seq > limit:
+            what = "max_seq_len" if isinstance(shape, GptShape) else "max_position_embeddings"
             problems.append(
-                f"{src.where('seq_len')}: seq_len {seq} exceeds max_seq_len {shape.max_seq_len} "
-                f"of model {model_label(shape)} (learned positions)"
+                f"{src.where('seq_len')}: seq_len {seq} exceeds {what} {limit} "
+                f"of model {model_label(shape)}{' (learned positions)' if isinstance(shape, GptShape) else ''}"
             )
         if scenario.data.kind == "cifar10":
-            problems.append(f"{src.where('data')}: data kind cifar10 needs a vit model, not {shape.family}")
+            problems.append(f"{src.where('data')}: data kind cifar10 needs an image model, not {shape.family}")
         if scenario.data.kind == "text" and shape.vocab < 256:
             problems.append(f"{src.where('data')}: data kind text is byte-level: vocab {shape.vocab} < 256")
         accuracy = [k for k in ("min_accuracy", "target") if scenario.convergence and (
@@ -178,7 +187,7 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
             accuracy.append("ray.checkpoint_score_attribute")
         for what in accuracy:  # accuracy is a classifier's: a language model has eval_loss and perplexity
             problems.append(f"{src.where(*what.split('.')) if '.' in what else src.where('convergence', what)}: "
-                            f"{what}: accuracy is a classifier's metric and needs a vit model, not {shape.family} (use "
+                            f"{what}: accuracy is a classifier's metric and needs an image model, not {shape.family} (use "
                             "eval_loss or perplexity)")
     return problems
 
@@ -213,7 +222,7 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
             **shared,
             **combo,
             "model": shape,
-            "seq_len": shape.tokens if isinstance(shape, VitShape) else combo["seq_len"],
+            "seq_len": fixed_seq_len(shape) or combo["seq_len"],
             "grad_accum": combo["global_batch_size"] // (combo["micro_batch_size"] * data_ranks(combo)),
         }
         cell = Cell(**resolved)

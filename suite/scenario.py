@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
-from suite.models.presets import PRESETS, ModelShape
+from suite.models.own import ModelShape
+from suite.models.presets import PRESETS
 from suite.scenario_data import Cifar10Data, Data, Eval, SyntheticData, Target, TextData  # noqa: F401 (re-exported)
 from suite.scenario_gates import BandGate, Convergence, MatchGate  # noqa: F401 (re-exported)
 from suite.scenario_types import AXES, Strict, StrategyName, resolve_alias  # noqa: F401 (AXES re-exported)

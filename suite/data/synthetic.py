@@ -21,7 +21,6 @@ from __future__ import annotations
 import torch
 
 from suite.data import Batch, Data, mix
-from suite.models.presets import VitShape
 
 SUCCESSORS = 4
 PROBS = (0.55, 0.25, 0.15, 0.05)
@@ -63,7 +62,7 @@ class PatternImages(Data):
 
     def __init__(self, cell, rank: int, world_size: int):
         super().__init__(cell, rank, world_size)
-        shape: VitShape = cell.model
+        shape = cell.model  # VitShape or an images PythonShape: image_size, num_classes
         self.classes, self.size = shape.num_classes, shape.image_size
         g = torch.Generator().manual_seed(mix(cell.seed, self.salt, -1))
         self.templates = torch.randn(self.classes, 3, self.size, self.size, generator=g)
@@ -81,6 +80,6 @@ class PatternImages(Data):
 
 def synthetic_data(cell, rank: int, world_size: int) -> Data:
     """Markov-chain tokens for gpt/llama cells, class-pattern images for vit cells."""
-    if isinstance(cell.model, VitShape):
+    if cell.model.inputs == "images":  # vit, or an image model of your own (family: python)
         return PatternImages(cell, rank, world_size)
     return MarkovTokens(cell, rank, world_size)

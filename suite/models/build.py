@@ -23,6 +23,7 @@ import contextlib
 import torch
 from torch import nn
 
+from suite.models.own import AnyShape, HfShape, PythonShape
 from suite.models.presets import GptShape, LlamaShape, VitShape
 
 
@@ -36,19 +37,20 @@ def seeded(seed: int):
         yield
 
 
-def build_model(shape: GptShape | LlamaShape | VitShape, seed: int) -> nn.Module:
+def build_model(shape: AnyShape, seed: int) -> nn.Module:
     """The model for `shape` on the current default device, initialized from `seed` alone."""
     with seeded(seed):  # also keeps the constructors' default nn.Linear init off the global RNG
         model = _construct(shape)
         if hasattr(model, "init_weights"):
-            # GPT and Llama draw their weights in init_weights() alone, from a freshly seeded RNG, so
+            # GPT and Llama (and a factory's module that has it) draw their weights in init_weights() alone,
+            # from a freshly seeded RNG, so
             # build_model and a later init_weights(model, seed) after to_empty() agree exactly.
             torch.manual_seed(seed)
             model.init_weights()
     return model
 
 
-def _construct(shape: GptShape | LlamaShape | VitShape) -> nn.Module:
+def _construct(shape: AnyShape) -> nn.Module:
     if isinstance(shape, GptShape):
         from suite.models.gpt import GPT
 
@@ -61,7 +63,15 @@ def _construct(shape: GptShape | LlamaShape | VitShape) -> nn.Module:
         from suite.models.vit import ViT
 
         return ViT(shape)  # torchvision initializes inside its constructor, from the seeded RNG
-    raise TypeError(f"build_model: unknown model shape {type(shape).__name__}; expected GptShape, LlamaShape or VitShape")
+    if isinstance(shape, HfShape):
+        from suite.models.hf import HfCausalLM
+
+        return HfCausalLM(shape)  # transformers initializes inside from_config, from the seeded RNG
+    if isinstance(shape, PythonShape):
+        from suite.models.factory import construct
+
+        return construct(shape.factory, shape.args)
+    raise TypeError(f"build_model: unknown model shape {type(shape).__name__}; expected one of suite.models.own's")
 
 
 def init_weights(model: nn.Module, seed: int) -> None:

@@ -7,7 +7,7 @@ meta device for the big ones) and assert the counts are equal, so the two cannot
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -32,6 +32,8 @@ class GptShape(_Shape):
     """GPT-2 style decoder: learned positions, pre-norm LayerNorm blocks with biases, GELU MLP, tied embeddings."""
 
     family: Literal["gpt"] = Field(description="Model family: a GPT-2 style decoder.")
+    inputs: ClassVar[str] = "tokens"  # what forward takes: token ids (images: vit)
+    analytic: ClassVar[bool] = True  # the planner's formulas cover it (own models may be traced only)
     layers: Layers = Field(description="Number of transformer blocks (L).")
     hidden: Width = Field(description="Hidden size (h).")
     heads: Width = Field(description="Attention heads (a); must divide hidden.")
@@ -74,6 +76,8 @@ class LlamaShape(_Shape):
     """Llama style decoder: RMSNorm, SwiGLU MLP, rotary embeddings, grouped-query attention, untied head."""
 
     family: Literal["llama"] = Field(description="Model family: a Llama style decoder.")
+    inputs: ClassVar[str] = "tokens"
+    analytic: ClassVar[bool] = True
     layers: Layers = Field(description="Number of transformer blocks (L).")
     hidden: Width = Field(description="Hidden size (h).")
     heads: Width = Field(description="Query heads (a); must divide hidden.")
@@ -108,6 +112,8 @@ class VitShape(_Shape):
     """torchvision's VisionTransformer (the seed workload): patch conv, class token, encoder, linear head."""
 
     family: Literal["vit"] = Field(description="Model family: torchvision.models.VisionTransformer.")
+    inputs: ClassVar[str] = "images"
+    analytic: ClassVar[bool] = True
     image_size: Pixels = Field(32, description="Square input image side in pixels.")
     patch_size: Pixels = Field(4, description="Square patch side; must divide image_size.")
     layers: Layers = Field(12, description="Encoder blocks (num_layers).")
@@ -142,8 +148,6 @@ class VitShape(_Shape):
     def largest_layer_parameters(self) -> int:
         return max(3 * self.hidden * self.hidden, self.hidden * self.mlp)
 
-
-ModelShape = Annotated[Union[GptShape, LlamaShape, VitShape], Field(discriminator="family")]
 
 # Published shapes.  GPT-2 sizes from the GPT-2 paper / Hugging Face configs; Llama 3 from Meta's model cards;
 # vit-cifar10 is the seed workload of ../shared/reference.md.

@@ -6,7 +6,9 @@ Pure Python (no torch).  `predict(cell, trace)` gives the per-rank memory three 
     as_implemented  what suite's code holds (implemented.py: the registry's per-strategy bytes, fused attention)
     traced          the peak of the real code on fake tensors (trace.py; computed by the caller, needs torch)
 
-— plus FLOPs per token and bytes communicated per step.  `fits` compares the best available number with the
+— plus FLOPs per token and bytes communicated per step.  A model the formulas do not cover (your own:
+suite.models.own, `analytic` False) is "traced only": no textbook and no as-implemented breakdown (None),
+`fits` from its trace alone, and `analytic` names why.  `fits` compares the best available number with the
 device: the traced peak when there is one, else the as-implemented total, and `fits_by` says which.  The
 runner stores the prediction beside what was measured so every result shows all of them.
 """
@@ -23,21 +25,25 @@ from suite.plan.implemented import predict_memory
 from suite.plan.tensor_parallel import per_rank_parameters, tp_comm_elements
 from suite.plan.memory import MemoryBreakdown, activation_bytes, offloaded, shard_world, static_bytes
 from suite.plan.traced import Trace, TraceFailure
+from suite.models.own import ANALYTIC_TYPES
 
-__all__ = ["Prediction", "MemoryBreakdown", "predict"]
+__all__ = ["Prediction", "MemoryBreakdown", "host_bytes", "predict", "traced_only"]
 
 
 class Prediction(BaseModel):
     """The planner's numbers for one cell, per rank."""
 
     num_parameters: int
-    memory_bytes: MemoryBreakdown = Field(description="The textbook breakdown (see memory.py).")
-    as_implemented: MemoryBreakdown = Field(description="What the code holds (see implemented.py).")
+    memory_bytes: MemoryBreakdown | None = Field(description="The textbook breakdown (see memory.py); None for a "
+                                                 "traced-only model.")
+    as_implemented: MemoryBreakdown | None = Field(description="What the code holds (see implemented.py); None for "
+                                                   "a traced-only model.")
+    analytic: str | None = Field(None, description="Why the formulas do not cover the model (traced only), or None.")
     traced: Trace | None = Field(None, description="The traced peak of the real code, when traced.")
     trace_error: str | None = Field(None, description="Why the cell could not be traced, when it was asked to be.")
     fits: bool | None = Field(description="predicted bytes <= gpu_memory_gb x 1e9; None when the scenario "
                               "gives no size.")
-    fits_by: Literal["traced", "as-implemented"] = Field(
+    fits_by: Literal["traced", "as-implemented", "none"] = Field(
         "as-implemented", description="Which prediction `fits` and `fits_bytes` use.")
     fits_bytes: float = Field(0.0, description="The per-rank bytes `fits` compared with the device.")
     flops_per_token: float = Field(description="Training FLOPs per token: 6 x params + 12 x L x h x s.")
@@ -50,23 +56,32 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
     shape = cell.model
     psi = shape.num_parameters()
     psi_rank = per_rank_parameters(cell)  # psi, or less under tensor parallelism
-    static = static_bytes(psi_rank, cell.strategy, cell.precision, shard_world(cell))
-    acts = activation_bytes(shape, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing, cell.precision,
-                            getattr(cell, "tensor_parallel", 1))
-    textbook = offloaded(static, cell.strategy, 0.0, acts)
-    implemented = predict_memory(cell)
     traced = trace if isinstance(trace, Trace) else None
+    why = traced_only(shape)
+    textbook = implemented = None
+    if why is None:
+        static = static_bytes(psi_rank, cell.strategy, cell.precision, shard_world(cell))
+        acts = activation_bytes(shape, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
+                                cell.precision, getattr(cell, "tensor_parallel", 1))
+        textbook = offloaded(static, cell.strategy, 0.0, acts)
+        implemented = predict_memory(cell)
+    host = implemented.host if implemented else host_bytes(cell)
     # A trace runs on the CPU, where offloaded bytes and device bytes are one pool: its device peak is the peak
     # less what the strategy keeps on the host (resident the whole step)
-    by, nbytes = ("traced", float(traced.peak) - implemented.host) if traced else ("as-implemented",
-                                                                                   implemented.total)
+    if traced:
+        by, nbytes = "traced", float(traced.peak) - host
+    elif implemented:
+        by, nbytes = "as-implemented", implemented.total
+    else:
+        by, nbytes = "none", 0.0
     return Prediction(
         num_parameters=psi,
         memory_bytes=textbook,
         as_implemented=implemented,
+        analytic=why,
         traced=traced,
         trace_error=trace.error if isinstance(trace, TraceFailure) else None,
-        fits=None if cell.gpu_memory_gb is None else nbytes <= cell.gpu_memory_gb * 1e9,
+        fits=None if cell.gpu_memory_gb is None or by == "none" else nbytes <= cell.gpu_memory_gb * 1e9,
         fits_by=by,
         fits_bytes=nbytes,
         flops_per_token=flops_per_token(shape, cell.seq_len),
@@ -75,3 +90,26 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
                                                 shard=getattr(cell, "shard_size", None))
         + tp_comm_elements(cell) * (4 if cell.precision == "fp32" else 2),
     )
+
+
+def traced_only(shape) -> str | None:
+    """Why the analytic memory model does not cover `shape` (a model of your own), or None."""
+    if shape.analytic:
+        return None
+    if shape.family == "hf":
+        return (f"traced only: hf model_type {shape.model_type!r} is not a Llama-layout decoder "
+                f"(analytic: {', '.join(ANALYTIC_TYPES)}); suite plan --trace gives its peak")
+    return f"traced only: {shape.factory} is your own module; suite plan --trace gives its peak"
+
+
+def host_bytes(cell) -> float:
+    """What an offloading strategy keeps in host memory all step (its static bytes; needs only the parameter
+    count, so traced-only models have it too); 0 for the others."""
+    if traced_only(cell.model) is None:
+        return predict_memory(cell).host
+    from suite.plan.implemented import static_bytes as held
+    from suite.strategies import registry
+
+    if not registry.get(cell.strategy).offload:
+        return 0.0
+    return sum(held(per_rank_parameters(cell), cell.strategy, cell.precision, shard_world(cell)).values())

@@ -79,7 +79,7 @@ def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bo
     cols = COLUMNS + (["max mbs"] if max_micro_batch else [])
     # columns only some scenarios need: hsdp's shard group, a seed axis (cells that differ by the seed alone),
     # offload's host bytes (inserted right to left, so each index is still the one of COLUMNS)
-    extra = (("as implemented", "host", lambda r: nbytes(r["as_implemented"].get("host", 0.0)),
+    extra = (("as implemented", "host", lambda r: nbytes((r["as_implemented"] or {}).get("host", 0.0)),
               lambda vs: vs != {nbytes(0)}),
              ("gbs", "seed", lambda r: r["settings"]["seed"], lambda vs: len(vs) > 1),
              ("gpus", "tp", lambda r: r["settings"].get("tensor_parallel", 1), lambda vs: vs != {1}),
@@ -102,14 +102,18 @@ def _dash(value) -> object:
 
 
 def _row(r: dict) -> list:
-    s, m, impl, tr = r["settings"], r["memory_bytes"], r["as_implemented"], r["traced"]
+    s, m, impl, tr = r["settings"], r["memory_bytes"] or {}, r["as_implemented"] or {}, r["traced"]
     host = impl.get("host", 0.0)
     # offload: a CPU trace sees host and device as one pool; the device's share is the peak less the host bytes
     traced = (nbytes(tr["peak"] - host) + ("*" if host else "")) if tr else ("untraced" if r["trace_error"] else "")
     fits = "" if r["fits"] is None else f"{'yes' if r['fits'] else 'no'} ({r['fits_by']})"
     return [r["cell"], s["model"], s["seq_len"], s["strategy"], s["activation_checkpointing"], s["precision"],
-            s["gpus"], s["micro_batch_size"], s["global_batch_size"], si(r["num_parameters"]), nbytes(m["total"]),
-            nbytes(impl["total"]), traced, fits, si(r["flops_per_token"]), si(r["comm_bytes_per_step"], "B")]
+            s["gpus"], s["micro_batch_size"], s["global_batch_size"], si(r["num_parameters"]), _total(m),
+            _total(impl), traced, fits, si(r["flops_per_token"]), si(r["comm_bytes_per_step"], "B")]
+
+
+def _total(breakdown: dict) -> str:
+    return nbytes(breakdown["total"]) if breakdown else "traced only"
 
 
 def _answer(a: dict) -> str:
@@ -128,12 +132,13 @@ def _notes(rows: list[dict], headroom: float | None) -> list[str]:
     if headroom is not None:
         notes.append(f"max mbs: largest micro-batch whose traced peak <= gpu_memory_gb x (1 - {headroom:g}) "
                      "(headroom for the CUDA context, NCCL buffers, allocator fragmentation); + : search capped")
-    if any(r["as_implemented"].get("host") for r in rows):
+    if any((r["as_implemented"] or {}).get("host") for r in rows):
         notes.append("host: bytes an offloading strategy keeps in host memory (not in the device totals); *: the "
                      "traced peak less those bytes (a CPU trace sees host and device as one memory)")
     seen = set()
     for r in rows:
         items = [f"cell {r['cell']}: not traced: {r['trace_error']}"] if r["trace_error"] else []
+        items += [f"model {r['settings']['model']}: {r['analytic']}"] if r.get("analytic") else []
         items += [f"traced: {n}" for n in (r["traced"] or {}).get("notes", [])]
         for item in items:
             if item not in seen:

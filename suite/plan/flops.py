@@ -22,7 +22,11 @@ PEAK_SOURCE = "vendor datasheet dense bf16 peak (../shared/reference.md)"
 
 
 def flops_per_token(shape, seq_len: int) -> float:
-    return 6 * shape.num_parameters() + 12 * shape.layers * shape.hidden * seq_len
+    """6 Psi + 12 L h s; a model of your own whose width suite does not know (family: python) counts 6 Psi
+    alone, a floor (its attention, if any, uncounted)."""
+    layers, hidden = getattr(shape, "layers", None), getattr(shape, "hidden", None)
+    attention = 12 * layers * hidden * seq_len if layers and hidden else 0
+    return 6 * shape.num_parameters() + attention
 
 
 def peak_flops(device_name: str | None, precision: str) -> float | None:

@@ -19,8 +19,9 @@ def plan_rows(cells, trace: Callable[[Any], Trace | TraceFailure] | None = None)
             "cell": cell.id,
             "settings": cell.axes(),
             "num_parameters": p.num_parameters,
-            "memory_bytes": p.memory_bytes.model_dump(),
-            "as_implemented": p.as_implemented.model_dump(),
+            "memory_bytes": p.memory_bytes.model_dump() if p.memory_bytes else None,  # None: traced only
+            "as_implemented": p.as_implemented.model_dump() if p.as_implemented else None,
+            "analytic": p.analytic,
             "traced": p.traced.model_dump() if p.traced else None,
             "trace_error": p.trace_error,
             "fits": p.fits,

@@ -15,7 +15,7 @@ from typing import Callable
 
 from pydantic import BaseModel, Field
 
-from suite.plan.implemented import predict_memory
+from suite.plan import host_bytes
 from suite.plan.traced import Trace, TraceFailure
 
 MAX_SEARCH_MICRO_BATCH = 4096
@@ -44,7 +44,7 @@ def max_micro_batch(cell, get: Callable[[object], Trace | TraceFailure], headroo
     tried: list[tuple[int, int | None]] = []
     # offload: the CPU trace counts host and device as one memory; the device's share is the peak less the host
     # bytes (as predict's `fits`), which do not depend on the micro-batch
-    host = int(predict_memory(cell).host)
+    host = int(host_bytes(cell))
 
     def peak(m: int) -> int | None:
         found = get(cell.model_copy(update={"micro_batch_size": m}))

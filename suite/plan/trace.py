@@ -67,7 +67,7 @@ def check_traceable(cell) -> None:
         raise TraceError(f"strategy {cell.strategy} is registered with traceable=False: it cannot run under fake "
                          "tensors; its cells have no traced peak (plan uses the as-implemented model)")
     shape = cell.model
-    if shape.layers > MAX_TRACE_LAYERS:
+    if (shape.layers or 0) > MAX_TRACE_LAYERS:
         raise TraceError(f"model {cell.axes()['model']} has {shape.layers} layers; a trace builds every layer and "
                          f"handles at most {MAX_TRACE_LAYERS}")
 

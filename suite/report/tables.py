@@ -89,7 +89,7 @@ def memory_parts(r: CellResult) -> tuple[dict[str, float | None], dict[str, floa
     """(measured, predicted) per-rank bytes by category; predicted falls back to the stored prediction."""
     if r.memory is not None:
         return dict(r.memory.measured), dict(r.memory.predicted)
-    return {}, dict(r.prediction.get("memory_bytes", {}))
+    return {}, dict(r.prediction.get("memory_bytes") or {})  # None: a traced-only model
 
 
 # Measured peaks, best first: the allocator's (GPU), the memory tracker's (measure_peaks), a plain total.

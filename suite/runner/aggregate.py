@@ -118,6 +118,7 @@ def aggregate(records: list[RankRecord], prediction: dict[str, Any], precision: 
     return {
         "losses": list(r0.losses),
         "final_loss": r0.losses[-1] if r0.losses else None,
+        "grad_norms": list(r0.grad_norms),  # rank 0's: the synchronized gradient's, or rank 0's own when it was not
         "eval": list(r0.eval),  # reduced over ranks: every rank holds the same
         "step_times_s": times,
         "step_time": step_stats(times),
@@ -125,6 +126,6 @@ def aggregate(records: list[RankRecord], prediction: dict[str, Any], precision: 
         # A CPU has no tabulated peak: never look one up by its model name.
         "mfu": mfu(tp, prediction["flops_per_token"], None if r0.device.startswith("cpu") else r0.device_name,
                    precision),
-        "memory": memory(r0, prediction["memory_bytes"], (prediction.get("traced") or {}).get("peak")),
+        "memory": memory(r0, prediction["memory_bytes"] or {}, (prediction.get("traced") or {}).get("peak")),
         "overhead_s": overhead(launch_start, launch_end, setup_done_t, r0),
     }

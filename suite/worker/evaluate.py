@@ -52,7 +52,7 @@ def held_out(model: torch.nn.Module, data: Data, cell: Cell, device: torch.devic
     """(loss, accuracy or None) of a plain model on all held-out batches, in one process (data for rank 0 of 1):
     what the Ray driver re-measures on a restored checkpoint."""
     loss_sum, targets, right = _sums(model, data, cell, device, autocast=True).tolist()
-    return loss_sum / targets, (right / targets if cell.model.family == "vit" else None)
+    return loss_sum / targets, (right / targets if cell.model.inputs == "images" else None)
 
 
 def evaluate(par: Parallel, data: Data, cell: Cell, device: torch.device, step: int) -> EvalPoint:
@@ -64,7 +64,7 @@ def evaluate(par: Parallel, data: Data, cell: Cell, device: torch.device, step: 
     synchronize(device)
     loss_sum, targets, right = sums.tolist()
     loss = loss_sum / targets
-    vit = cell.model.family == "vit"
+    vit = cell.model.inputs == "images"  # a classifier (vit, or an image model of your own)
     return EvalPoint(step=step, loss=loss, accuracy=right / targets if vit else None,
                      perplexity=None if vit else (math.exp(loss) if loss < 700 else math.inf),
                      samples=cell.eval.batches * cell.global_batch_size, seconds=time.perf_counter() - t0)

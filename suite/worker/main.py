@@ -73,7 +73,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 def _tokens_per_step(cell: Cell) -> int:
     """Tokens per optimizer step over all ranks; for vit the record counts samples (images), as documented."""
-    return cell.global_batch_size * (1 if cell.model.family == "vit" else cell.seq_len)
+    return cell.global_batch_size * (1 if cell.model.inputs == "images" else cell.seq_len)
 
 
 def run_worker(cell: Cell, out_dir: Path, hooks: RunHooks | None = None) -> RankRecord:
@@ -177,6 +177,7 @@ def _finish(cell: Cell, out_dir: Path, out: _Outcome) -> RankRecord:
         error=out.error,
         losses=out.trainer.losses if out.trainer else [],
         step_times_s=out.trainer.step_times if out.trainer else [],
+        grad_norms=out.trainer.grad_norms if out.trainer else [],
         eval=out.trainer.evals if out.trainer else [],
         warmup_steps=cell.warmup_steps,
         tokens_per_step=_tokens_per_step(cell),

@@ -52,7 +52,7 @@ def test_the_scenario_checks_name_the_field_and_the_numbers():
             Scenario.model_validate({**BASE, "convergence": {"band": bad}})
     with pytest.raises(ValueError, match="band judge held-out evaluations: add an eval: block"):
         Scenario.model_validate({k: v for k, v in BASE.items() if k != "eval"})
-    assert "band: accuracy is a classifier's metric and needs a vit model" in \
+    assert "band: accuracy is a classifier's metric and needs an image model" in \
         problems(convergence={"band": {"reference": {"strategy": "ddp"}, "metric": "accuracy"}})
 
 

@@ -252,13 +252,13 @@ BAD = {
         model: vit-cifar10
         seq_len: 64
         data: {kind: cifar10}
-    """, 3, ["seq_len 64 does not fit vit", "65"]),
+    """, 3, ["seq_len 64 does not fit vit-cifar10", "65"]),
     "cifar10-with-gpt": ("""
         name: t
         model: gpt-tiny
         seq_len: 64
         data: {kind: cifar10}
-    """, 4, ["data kind cifar10 needs a vit model", "gpt"]),
+    """, 4, ["data kind cifar10 needs an image model", "gpt"]),
     "seq-len-beyond-positions": ("""
         name: t
         model: gpt-tiny

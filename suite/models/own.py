@@ -1,0 +1,254 @@
+"""Your own model: a Hugging Face config (`family: hf`) or a Python factory (`family: python`).
+
+Pure Python at import (no torch, no transformers): the planner reads these shapes like the presets'.  What a
+shape needs from the outside world is read once, when the scenario is validated, and kept in the shape, so a
+worker (in a container, on a Ray node) never reads the config file or probes the factory again:
+
+- hf: the config file's JSON, completed by transformers' config class (`contents`).  Standard decoders
+  (ANALYTIC_TYPES: the Llama layout of RMSNorm, rotary attention with grouped-query heads and a SwiGLU MLP)
+  get the analytic planner: layers, hidden, heads, kv heads, ffn and vocab from the config, and a parameter
+  count by formula that a test holds equal to transformers' own.  Any other causal LM is "traced only":
+  its count comes from building it on the meta device, and its memory from `suite plan --trace`.
+- python: `factory: "package.module:function"` with `args`, called on the meta device to check the contract
+  (models/factory.py) and count parameters, layers and the largest block (`probed`).  Always traced only.
+
+Neither downloads anything: no hub access, no weights, no remote code.  The torch side (building the module)
+is models/hf.py and models/factory.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+from pydantic import Field, model_validator
+
+from suite.models.presets import GptShape, LlamaShape, Pixels, Vocab, VitShape, _Shape
+
+MAX_CONFIG_BYTES = 1 << 20  # a real config.json is a few KiB
+# model types laid out as Llama (per block: q, k, v, o, gate, up, down, two RMSNorms): the analytic planner
+# covers them exactly; qwen2 adds q/k/v biases, llama's attention_bias / mlp_bias flags add theirs
+ANALYTIC_TYPES = ("llama", "mistral", "qwen2")
+HF_EXTRA = "model family hf needs the optional extra: pip install 'suite[hf]' (transformers)"
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError as exc:
+        raise ValueError(f"{HF_EXTRA} ({exc})") from None
+    return transformers
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """The config file at `path`, checked and completed by transformers (ValueError naming what is wrong)."""
+    p = Path(path)
+    if not p.is_file():
+        hub = " (it looks like a hub id: suite never downloads; save the config.json and give its path)" \
+            if "/" in path and not path.endswith(".json") and not p.exists() else ""
+        raise ValueError(f"config {path!r}: no such file (from {os.getcwd()}); suite reads a local config.json "
+                         f"only{hub}")
+    size = p.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ValueError(f"config {path!r} is {size} bytes; a config.json is a few KiB (at most "
+                         f"{MAX_CONFIG_BYTES}): is it a weights file?")
+    try:
+        raw = json.loads(p.read_bytes())
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"config {path!r} is not JSON: {str(exc)[:200]}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"config {path!r} holds a JSON {type(raw).__name__}, not an object")
+    _refuse_weights(path, raw)
+    return complete(path, raw)
+
+
+def _refuse_weights(path: str, raw: dict[str, Any]) -> None:
+    """Configs that cannot be built from the config alone: they need code or weights from somewhere else."""
+    if "peft_type" in raw or "base_model_name_or_path" in raw:
+        raise ValueError(f"config {path!r} is an adapter's config (peft): it needs its base model's weights; give "
+                         "the base model's config.json")
+    if "auto_map" in raw:
+        raise ValueError(f"config {path!r} has auto_map: its model is remote code (trust_remote_code), which suite "
+                         "never downloads or runs; give a config of an architecture transformers has")
+    if raw.get("quantization_config"):
+        raise ValueError(f"config {path!r} has quantization_config "
+                         f"({raw['quantization_config'].get('quant_method', '?') if isinstance(raw['quantization_config'], dict) else '?'}): "
+                         "a quantized model is loaded from its quantized weights; remove quantization_config to "
+                         "benchmark the model in training precision")
+    if not isinstance(raw.get("model_type"), str):
+        raise ValueError(f"config {path!r} names no model_type (every transformers config.json has one, e.g. "
+                         "\"llama\")")
+
+
+def complete(path: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """`raw` with every default transformers' config class fills in (what from_config will build)."""
+    tf = _transformers()
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    kind = raw["model_type"]
+    if kind not in CONFIG_MAPPING:
+        raise ValueError(f"config {path!r}: model_type {kind!r} is not an architecture of transformers "
+                         f"{tf.__version__}")
+    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise ValueError(f"config {path!r}: model_type {kind!r} has no causal-LM class in transformers "
+                         f"{tf.__version__} (suite trains next-token prediction)")
+    body = {k: v for k, v in raw.items() if k != "model_type"}
+    try:
+        config = CONFIG_MAPPING[kind](**body)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"config {path!r}: transformers refuses it: {str(exc)[:300]}") from None
+    full = config.to_dict()
+    # not what the model computes: the version that wrote it, a dtype (suite's precision decides)
+    for key in ("transformers_version", "_name_or_path", "dtype", "torch_dtype", "use_cache"):
+        full.pop(key, None)
+    return json.loads(json.dumps(full, sort_keys=True))  # plain JSON values, as a worker will read them
+
+
+def _first(c: dict[str, Any], *keys: str) -> Any:
+    return next((c[k] for k in keys if c.get(k) is not None), None)
+
+
+class HfShape(_Shape):
+    """A causal language model of Hugging Face Transformers, built from a local config.json (no weights)."""
+
+    family: Literal["hf"] = Field(description="Model family: transformers' AutoModelForCausalLM.from_config.")
+    config: str = Field(max_length=4096, description="Path of a config.json, from the working directory (like "
+                        "data.path). Read once, when the scenario is validated; never the hub.")
+    contents: dict[str, Any] | None = Field(None, description="The config as transformers completes it (filled in "
+                                            "by suite when the scenario is read; omit it).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("contents") is None and isinstance(data.get("config"), str):
+            data = {**data, "contents": read_config(data["config"])}
+        return data
+
+    @property
+    def c(self) -> dict[str, Any]:
+        return self.contents or {}
+
+    @property
+    def model_type(self) -> str:
+        return self.c.get("model_type", "?")
+
+    @property
+    def analytic(self) -> bool:
+        return self.model_type in ANALYTIC_TYPES
+
+    inputs: ClassVar[str] = "tokens"
+    # the dimensions under the names the configs use (GPT-2's n_layer, T5's d_model, ...)
+    layers = property(lambda self: _first(self.c, "num_hidden_layers", "n_layer", "num_layers"))
+    hidden = property(lambda self: _first(self.c, "hidden_size", "n_embd", "d_model"))
+    heads = property(lambda self: _first(self.c, "num_attention_heads", "n_head"))
+    vocab = property(lambda self: self.c.get("vocab_size"))
+    ffn = property(lambda self: _first(self.c, "intermediate_size", "n_inner"))
+    max_positions = property(lambda self: _first(self.c, "max_position_embeddings", "n_positions"))
+
+    @property
+    def kv_heads(self) -> int:
+        return self.c.get("num_key_value_heads") or self.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.c.get("head_dim") or self.hidden // self.heads
+
+    def block_parameters(self) -> int:
+        """One decoder layer's parameters (what FSDP all-gathers as one unit)."""
+        if not self.analytic:
+            return _meta_counts(self.blob)[1]
+        h, f, d = self.hidden, self.ffn, self.head_dim
+        q, kv = self.heads * d, self.kv_heads * d
+        qkv_bias = self.model_type == "qwen2" or self.c.get("attention_bias", False)
+        n = h * q + 2 * h * kv + q * h + 3 * h * f + 2 * h
+        n += (q + 2 * kv) if qkv_bias else 0
+        n += h if self.c.get("attention_bias", False) else 0  # o_proj's bias (llama's flag)
+        n += (2 * f + h) if self.c.get("mlp_bias", False) else 0
+        return n
+
+    def num_parameters(self) -> int:
+        if not self.analytic:
+            return _meta_counts(self.blob)[0]
+        head = 0 if self.c.get("tie_word_embeddings", False) else self.vocab * self.hidden
+        return self.vocab * self.hidden + head + self.layers * self.block_parameters() + self.hidden
+
+    def largest_layer_parameters(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def blob(self) -> str:
+        return json.dumps(self.contents, sort_keys=True)
+
+
+@lru_cache(maxsize=64)
+def _meta_counts(blob: str) -> tuple[int, int]:
+    """(parameters, largest block's parameters) of the model built on the meta device: transformers' count."""
+    import torch
+
+    from suite.models.hf import build_hf, find_blocks
+
+    with torch.device("meta"):
+        model = build_hf(json.loads(blob))
+    blocks = find_blocks(model, json.loads(blob))
+    return model.num_parameters(), max(sum(p.numel() for p in b.parameters()) for b in blocks)
+
+
+class PythonShape(_Shape):
+    """Your own torch module, returned by a factory function (the contract: docs/own-model.md)."""
+
+    family: Literal["python"] = Field(description="Model family: a user function that returns an nn.Module.")
+    factory: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", max_length=300, description="\"package."
+                         "module:function\", importable where suite runs (installed, or on PYTHONPATH).")
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the factory (JSON values).")
+    inputs: Literal["tokens", "images"] = Field(description="What forward takes: token ids (b, s) with next-token "
+                                                "targets (b, s), or images (b, 3, size, size) with labels (b,).")
+    vocab: Vocab | None = Field(None, description="tokens: the vocabulary size (the data draws ids below it).")
+    image_size: Pixels | None = Field(None, description="images: the square image side in pixels.")
+    num_classes: Vocab | None = Field(None, description="images: the classes of the labels.")
+    probed: dict[str, Any] | None = Field(None, description="What the factory's module holds: parameters, layers, "
+                                          "largest block, source digest (filled in by suite; omit it).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _probe(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("probed") is None and isinstance(data.get("factory"), str):
+            from suite.models.factory import probe  # torch: only for python models
+
+            data = {**data, "probed": probe(data["factory"], data.get("args") or {})}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> "PythonShape":
+        need = ("vocab",) if self.inputs == "tokens" else ("image_size", "num_classes")
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"factory {self.factory}: inputs {self.inputs} needs {' and '.join(missing)}")
+        return self
+
+    analytic: ClassVar[bool] = False
+    layers = property(lambda self: (self.probed or {}).get("layers"))
+
+    def num_parameters(self) -> int:
+        return (self.probed or {})["parameters"]
+
+    def block_parameters(self) -> int:
+        return (self.probed or {})["block_parameters"]
+
+    def largest_layer_parameters(self) -> int:
+        return self.block_parameters()
+
+
+ModelShape = Annotated[Union[GptShape, LlamaShape, VitShape, HfShape, PythonShape], Field(discriminator="family")]
+AnyShape = Union[GptShape, LlamaShape, VitShape, HfShape, PythonShape]
+
+
+def fixed_seq_len(shape: AnyShape) -> int | None:
+    """The sequence length an image model fixes (vit: patches + class token; a python image model: 1 sample),
+    or None where the scenario's seq_len sets it."""
+    if isinstance(shape, VitShape):
+        return shape.tokens
+    return 1 if shape.inputs == "images" else None

@@ -1,7 +1,8 @@
 """The gates of a scenario's `convergence:` block, as pydantic models (the checks are suite/runner/gates.py,
 quality.py and band.py).
 
-- MatchGate: the loss curve equals the curve of the cell that differs only in one axis (`{strategy: ddp}`);
+- MatchGate: the loss curve and the gradient-norm curve equal the curves of the cell that differs only in one
+  axis (`{strategy: ddp}`);
 - BandGate: the held-out curve stays inside the seed band of the reference cells (`{reference: {strategy:
   ddp}, k: 3}`): MLPerf's reference-convergence-point idea, checked at every evaluation of a short run;
 - Convergence: the block itself, loss gates and held-out quality gates together.
@@ -18,13 +19,36 @@ from suite.scenario_types import AXES, Strict, resolve_alias
 from suite.scenario_yaml import clip
 
 
+# The gradient-norm curve's default relative tolerance per step, by precision (MatchGate.grad_rtol unset).
+# Measured on the 2-core development machine (docs/convergence.md, "The gradient-norm curve"): in fp32 every
+# 2-rank strategy's global gradient norm equals the 1-rank DDP reference's to at most 1.3e-6 relative per step
+# (gpt-tiny, 6 steps; smoke's shape over 30 steps: at most 2.5e-6), so 1e-5 leaves 4x headroom, while a
+# doubled gradient is off by 1.0 and a skipped all-reduce by 0.06 to 1.0 at its step.  Mixed precision: bf16
+# CPU runs of the strategies differ from DDP's bf16 curve by at most 1.6e-3 relative per step (4 steps);
+# 1e-2 leaves 6x headroom and still catches both faults (fp16: bf16's, not measured separately).
+GRAD_RTOL = {"fp32": 1.0e-5, "bf16-mixed": 1.0e-2, "fp16-mixed": 1.0e-2}
+_TOLERANCES = ("rtol", "atol", "grad_rtol", "grad_atol")
+
+
 class MatchGate(Strict):
-    """Loss curves must match the cell that differs only in one axis, e.g. {strategy: ddp, rtol: 1e-4}."""
+    """Loss and gradient-norm curves must match the cell that differs only in one axis, e.g. {strategy: ddp,
+    rtol: 1e-4}.  The gradient-norm curve (the global norm of the gradient each step applied) shows what the
+    loss curve cannot under Adam: doubled or unsynchronized gradients (docs/convergence.md)."""
 
     axis: str = Field(description="The axis that differs (written as its key in the file: `strategy: ddp`).")
     value: Any = Field(description="The reference cell's value on that axis.")
-    rtol: float = Field(1.0e-4, ge=0, description="Relative tolerance per step.")
-    atol: float = Field(0.0, ge=0, description="Absolute tolerance per step.")
+    rtol: float = Field(1.0e-4, ge=0, description="Relative tolerance per step of the loss curve.")
+    atol: float = Field(0.0, ge=0, description="Absolute tolerance per step of the loss curve.")
+    grad_rtol: float | None = Field(
+        None, ge=0, description="Relative tolerance per step of the gradient-norm curve; unset: by precision, "
+        "fp32 1e-5, bf16-mixed and fp16-mixed 1e-2 (measured, see docs/convergence.md).")
+    grad_atol: float = Field(0.0, ge=0, description="Absolute tolerance per step of the gradient-norm curve.")
+
+    def grad_tolerance(self, *precisions: str) -> float:
+        """grad_rtol, or the loosest default of the precisions compared (a bf16 cell against an fp32 one: bf16's)."""
+        if self.grad_rtol is not None:
+            return self.grad_rtol
+        return max(GRAD_RTOL.get(p, max(GRAD_RTOL.values())) for p in precisions or ("fp32",))
 
     @model_validator(mode="before")
     @classmethod
@@ -32,13 +56,13 @@ class MatchGate(Strict):
         if not isinstance(data, dict):
             return data
         if "axis" not in data:
-            rest = {k: v for k, v in data.items() if k not in ("rtol", "atol")}
+            rest = {k: v for k, v in data.items() if k not in _TOLERANCES}
             if len(rest) != 1:
                 # key=str: YAML keys may mix types (`1: a, b: c`), which sorted() alone cannot order
                 got = clip(repr(sorted(rest, key=str))) if rest else "none"
-                raise ValueError(f"match needs exactly one axis key besides rtol/atol, got {got}")
+                raise ValueError(f"match needs exactly one axis key besides {'/'.join(_TOLERANCES)}, got {got}")
             (axis, value), = rest.items()
-            data = {"axis": axis, "value": value, **{k: data[k] for k in ("rtol", "atol") if k in data}}
+            data = {"axis": axis, "value": value, **{k: data[k] for k in _TOLERANCES if k in data}}
         if data.get("axis") == "strategy":  # aliases are resolved here, once (fsdp -> zero3)
             data = {**data, "value": resolve_alias(data.get("value"))}
         return data

@@ -3,12 +3,12 @@
 A published run is keyed by a digest of its manifest (the manifest names the run, its machine and its time, so
 two machines' run 0001 of one scenario are two keys).  The site keeps the manifest whole and a *slim* copy of
 each cell result: every field `suite compare` and the pages read, with the per-step lists cut down — losses
-dropped (the final loss stays), the measured step times replaced by their median.  The timing checks judge one
-value per repeat, that median, so compare gives the same verdicts on slim records as on the full ones
-(tests/unit/test_publish.py checks it).  The held-out evaluations (`eval`, a point per evaluation: small) and
-`time_to_target` are kept whole: the held-out checks and columns read the last point.  Any other float that is
-not finite (a NaN held-out loss, an infinite perplexity) is kept as the string "NaN" / "Infinity" /
-"-Infinity", which the record's model reads back as the float, so index.json stays plain JSON.  Publishing
+and gradient norms dropped (the final loss stays), the measured step times replaced by their median.  The
+timing checks judge one value per repeat, that median, so compare gives the same verdicts on slim records as
+on the full ones (tests/unit/test_publish.py checks it).  The held-out evaluations (`eval`, a point per
+evaluation: small) and `time_to_target` are kept whole: the held-out checks and columns read the last point.
+Any other float that is not finite (a NaN held-out loss, an infinite perplexity) is kept as the string "NaN" /
+"Infinity" / "-Infinity", which the record's model reads back as the float, so index.json stays plain JSON.  Publishing
 again skips a run folder whose key is known and whose cells are unchanged (same file names and sizes): only
 new nights are read from disk.
 
@@ -68,7 +68,8 @@ def slim(result: CellResult) -> CellResult:
     times = [stats.median(result.step_times_s)] if result.step_times_s else []
     error = result.error[-ERROR_TAIL:] if result.error else result.error
     loss = result.final_loss if result.final_loss is not None and math.isfinite(result.final_loss) else None
-    return result.model_copy(update={"losses": [], "step_times_s": times, "error": error, "final_loss": loss})
+    return result.model_copy(update={"losses": [], "grad_norms": [], "step_times_s": times, "error": error,
+                                     "final_loss": loss})
 
 
 def _plain(value: Any) -> Any:

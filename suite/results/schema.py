@@ -18,7 +18,9 @@ from suite.scenario_types import LATER_AXES
 # as before: the new fields take their defaults.  3: RankRecord.eval and CellResult.eval (held-out evaluation).
 # 4: seed is an axis: Manifest.seed may be a list, CellResult.axes holds seed (filled in from the cell when an
 # older record lacks it, so old and new results of one cell show the same axes); TensorBytes.host (offload).
-SCHEMA_VERSION = 4
+# 5: RankRecord.grad_norms and CellResult.grad_norms (the global gradient norm per step); older records read
+# with an empty list, which the match gate reports as "no gradient norms recorded" and does not compare.
+SCHEMA_VERSION = 5
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
 FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")
@@ -118,6 +120,10 @@ class RankRecord(_Record):
     error: str | None = None
     losses: list[float] = Field(description="Global mean loss per optimizer step (identical on all ranks).")
     step_times_s: list[float] = Field(description="Wall time of every optimizer step, device synchronized.")
+    grad_norms: list[float] = Field(
+        default_factory=list, description="Global L2 norm of the gradient each optimizer step applied (all ranks' "
+        "shards together; there is no clipping), computed outside the timed step (suite/worker/gradients.py). "
+        "The same on every rank once gradients are synchronized; empty in records written before schema 5.")
     warmup_steps: int = Field(description="The first this-many step_times_s are warm-up (excluded from stats).")
     tokens_per_step: int = Field(description="Tokens (samples for vit) processed per optimizer step, all ranks.")
     samples_per_step: int
@@ -233,6 +239,8 @@ class CellResult(_Record):
     launcher: str
     losses: list[float] = Field(default_factory=list)
     final_loss: float | None = None
+    grad_norms: list[float] = Field(default_factory=list, description="Rank 0's global gradient norm per step "
+                                    "(schema 5; empty in older results).")
     step_times_s: list[float] = Field(default_factory=list, description="Measured (post-warm-up) steps, rank 0.")
     step_time: StepStats | None = None
     throughput: Throughput | None = None

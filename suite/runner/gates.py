@@ -7,7 +7,12 @@
   except that the match axis holds the gate's value (`match: {strategy: ddp}` compares every ZeRO cell with
   the DDP cell of the same model, batch, ...).  Step i passes when |loss - ref| <= atol + rtol x |ref|
   (numpy's isclose).  Strategies, world sizes with the same global batch, and accumulation are the same
-  mathematics, so in fp32 they agree to ~1e-5; a cell with a different global batch does not.
+  mathematics, so in fp32 they agree to ~1e-5; a cell with a different global batch does not.  The
+  gradient-norm curves (the global norm of the gradient each step applied, worker/gradients.py) must match
+  too, within grad_rtol / grad_atol (defaults by precision: scenario_gates.GRAD_RTOL): Adam hides a gradient's
+  scale from the loss, not from its norm.  The gate fails at the first step where either curve differs,
+  naming the step, both values and the tolerance.  A result from before schema 5 has no gradient norms: the
+  loss curves are compared alone and the detail says so.
 
 Reference cells run first (`order_cells`), so their results exist when the others are gated.  A cell whose
 reference did not run to the end (failed, timeout, diverged, ...) fails its match gate, and the detail says why.
@@ -93,28 +98,52 @@ def max_final_loss_gate(losses: Sequence[float], threshold: float) -> Gate:
                 detail=f"final loss {losses[-1]:.6g} {'<=' if ok else '>'} limit {threshold:.6g}")
 
 
-def curve_gate(losses: Sequence[float], ref: Sequence[float], rtol: float, atol: float, ref_label: str) -> Gate:
-    """Step-by-step isclose of two curves; fails at the first step that differs (or a length mismatch)."""
+def curve_gate(losses: Sequence[float], ref: Sequence[float], rtol: float, atol: float, ref_label: str,
+               what: str = "loss", tol: str = "") -> Gate:
+    """Step-by-step isclose of two curves; fails at the first step that differs (or a length mismatch).
+    `what` names the curve's values in the detail, `tol` prefixes the tolerances' names (grad_: grad_rtol).
+    Equal infinities agree (a step fp16's GradScaler skipped on both sides); NaN never does."""
     worst_abs, worst_rel = 0.0, 0.0
     for i, (x, y) in enumerate(zip(losses, ref)):
+        if math.isinf(x) and x == y:
+            continue
         diff = abs(x - y)
         if not (math.isfinite(x) and math.isfinite(y)) or diff > atol + rtol * abs(y):
             return Gate(name="match", passed=False, step=i,
-                        detail=f"step {i}: loss {x!r} vs {ref_label} {y!r}: |diff| {diff:.3g} > "
-                               f"atol {atol:g} + rtol {rtol:g} x {abs(y):.6g}")
+                        detail=f"step {i}: {what} {x!r} vs {ref_label} {y!r}: |diff| {diff:.3g} > "
+                               f"{tol}atol {atol:g} + {tol}rtol {rtol:g} x {abs(y):.6g}")
         worst_abs = max(worst_abs, diff)
         worst_rel = max(worst_rel, diff / abs(y) if y else 0.0)
     if len(losses) != len(ref):
         n = min(len(losses), len(ref))
         return Gate(name="match", passed=False, step=n,
-                    detail=f"{len(losses)} steps vs {len(ref)} steps of {ref_label}")
+                    detail=f"{len(losses)} steps vs {len(ref)} steps of {ref_label}"
+                           + ("" if what == "loss" else f" ({what}s)"))
     return Gate(name="match", passed=True,
-                detail=f"{len(losses)} steps within rtol {rtol:g} / atol {atol:g} of {ref_label} "
+                detail=f"{len(losses)} steps within {tol}rtol {rtol:g} / {tol}atol {atol:g} of {ref_label} "
                        f"(max |diff| {worst_abs:.3g}, max rel {worst_rel:.3g})")
 
 
-def match_gate(cell, losses: Sequence[float], match, ref_cell, ref_result) -> Gate:
-    """The match gate of `cell`, given its reference cell (or None) and that cell's result (or None)."""
+def match_curves(losses: Sequence[float], grad_norms: Sequence[float], ref, match, grad_rtol: float,
+                 ref_label: str) -> Gate:
+    """Both curves of a cell against its reference result `ref` (losses, grad_norms): fails at the earliest step
+    where either differs (the gradient norm first on a tie: it moves at the faulty step itself, the loss one
+    step later).  Either side without gradient norms (an older result): the losses alone, saying so."""
+    loss = curve_gate(losses, ref.losses, match.rtol, match.atol, ref_label)
+    if not grad_norms or not ref.grad_norms:
+        who = "this cell" if not grad_norms else ref_label
+        note = f"; gradient norms not compared: {who} recorded none (a result from before schema 5)"
+        return loss.model_copy(update={"detail": loss.detail + note})
+    grads = curve_gate(grad_norms, ref.grad_norms, grad_rtol, match.grad_atol, ref_label, "grad norm", "grad_")
+    failed = [g for g in (grads, loss) if not g.passed]
+    if failed:
+        return min(failed, key=lambda g: g.step if g.step is not None else math.inf)
+    return Gate(name="match", passed=True, detail=f"loss: {loss.detail}; grad norm: {grads.detail}")
+
+
+def match_gate(cell, losses: Sequence[float], match, ref_cell, ref_result, grad_norms: Sequence[float] = ()) -> Gate:
+    """The match gate of `cell` (its loss and gradient-norm curves), given its reference cell (or None) and that
+    cell's result (or None)."""
     want = f"{match.axis}={match.value}"
     if is_reference(cell, match):
         return Gate(name="match", passed=True, detail=f"this cell is the reference ({want})")
@@ -126,7 +155,8 @@ def match_gate(cell, losses: Sequence[float], match, ref_cell, ref_result) -> Ga
     if ref_result.status not in ("ok", "gate-failed"):  # a gate-failed reference still has a whole curve
         why = f": {ref_result.error.strip().splitlines()[0]}" if ref_result.error else ""
         return Gate(name="match", passed=False, detail=f"{label} did not finish ok (status {ref_result.status}{why})")
-    return curve_gate(losses, ref_result.losses, match.rtol, match.atol, label)
+    return match_curves(losses, grad_norms, ref_result, match, match.grad_tolerance(cell.precision,
+                                                                                   ref_cell.precision), label)
 
 
 def loss_gates(losses: Sequence[float], convergence) -> list[Gate]:

@@ -88,7 +88,7 @@ def _gate(cell: Cell, result: CellResult, cells: list[Cell], done: dict) -> Cell
     if match is not None and gates[0].passed:
         ref = reference_of(cell, cells, match)
         ref_result = None if ref is None else done.get((ref.id, result.repeat)) or done.get((ref.id, 0))
-        gates.append(match_gate(cell, result.losses, match, ref, ref_result))
+        gates.append(match_gate(cell, result.losses, match, ref, ref_result, result.grad_norms))
     quality, ttt = quality_gates(result.eval, cell.convergence, cell.steps) if gates[0].passed else ([], None)
     gates += quality
     band = cell.convergence.band if cell.convergence else None

@@ -2,10 +2,15 @@
 SUITE_FAULT="<cell_id>:<kind>@<step>,<cell_id>:slow=<f>,<cell_id>:lr=<f>,...".
 
 kind: raise (the step raises RuntimeError -> status failed), hang (the rank sleeps forever before the step ->
-the runner's timeout), nan (the step's loss becomes NaN -> status diverged).  `slow=<factor>` (no step: it
-applies to every step) is a planted slowdown for testing regression detection: each step's timed region is
-stretched to `factor` times its measured length by a sleep inside the timer, so step times and throughput
-move by the factor while the cell id and the losses stay the same.  `lr=<factor>` is a planted change of
+the runner's timeout), nan (the step's loss becomes NaN -> status diverged), and two planted gradient bugs for
+testing the match gate's gradient-norm curve (the cell finishes ok; its gates must fail it at that step):
+grad2x (the step's gradients are doubled after synchronisation, before the optimizer step: a missing divide
+by the world size) and desync (the step's gradient synchronisation is skipped: every micro-batch runs under
+the strategy's `no_sync()` and its `before_step` is not called, the two places the `Parallel` contract lets a
+strategy synchronize gradients; each rank then steps with what it holds unsynchronized, see loop.py).
+`slow=<factor>` (no step: it applies to every step) is a planted slowdown for testing regression detection:
+each step's timed region is stretched to `factor` times its measured length by a sleep inside the timer, so
+step times and throughput move by the factor while the cell id and the losses stay the same.  `lr=<factor>` is a planted change of
 the mathematics for testing convergence gates: the cell trains with its learning rate times the factor while
 its id and its recorded settings stay those of the scenario (as a bug would).  Entries for other cells are ignored;
 every rank of the cell applies the same faults.  Nothing happens when the variable is unset.
@@ -20,7 +25,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: parsing a spec needs no torch
     import torch
 
-KINDS = ("raise", "hang", "nan")
+KINDS = ("raise", "hang", "nan", "grad2x", "desync")
+GRADIENT_KINDS = ("grad2x", "desync")
 ENV = "SUITE_FAULT"
 
 
@@ -90,7 +96,8 @@ def parse(spec: str, cell_id: str) -> dict[int, str]:
 
 class Faults:
     """The loop's fault hook: `before_step(step)` before each step's timer, `on_loss(loss)` on the step's first
-    micro-batch loss.  The loop holds one of these and calls it; nothing about faults is passed through steps."""
+    micro-batch loss, `gradient_fault()` at the start of the step (grad2x / desync armed for it, or None).  The
+    loop holds one of these and calls it; nothing about faults is passed through steps."""
 
     def __init__(self, cell_id: str, spec: str | None = None):
         text = os.environ.get(ENV, "") if spec is None else spec
@@ -98,6 +105,7 @@ class Faults:
         self.slow = parse_slow(text, cell_id)
         self.lr = parse_factor(text, cell_id, "lr")
         self._poison_next = False  # armed by before_step for a nan step, consumed by the next on_loss
+        self._gradient_next: str | None = None  # armed by before_step for a grad2x / desync step
 
     def before_step(self, step: int) -> None:
         """Fire a raise / hang fault scheduled for this step, arm a nan one (called before the step's timer)."""
@@ -108,6 +116,13 @@ class Faults:
             while True:  # until the runner kills the process group at the cell's timeout
                 time.sleep(3600)
         self._poison_next = self.poison(step)
+        self._gradient_next = kind if kind in GRADIENT_KINDS else None
+
+    def gradient_fault(self) -> str | None:
+        """The gradient fault armed for the step now starting ("grad2x", "desync" or None); consumed, so a step
+        run outside the loop (the peaks pass) never repeats it."""
+        kind, self._gradient_next = self._gradient_next, None
+        return kind
 
     def planted(self, cell):
         """The cell as this rank trains it: its learning rate times a planted `lr` factor (the same cell else)."""

@@ -8,8 +8,16 @@ micro-batch but the last runs under `no_sync()`, so gradients are communicated o
 What the timer brackets: forward, backward, gradient communication and the optimizer step of one optimizer
 step, with the device synchronized on both ends (CUDA kernels are asynchronous).  Outside it: fetching the
 step's batches, the one all-reduce that averages the loss over ranks and its host read (needed for the loss
-curve and to stop at once on NaN), and rank 0's event line.  The loss all-reduce happens every step, so
-every rank sees the same global loss and all ranks stop together when it is not finite.
+curve and to stop at once on NaN), the global gradient norm (worker/gradients.py: read from the gradients the
+optimizer just applied, with at most one all-reduce per mesh group for sharded ones) and rank 0's event line.
+The loss all-reduce happens every step, so every rank sees the same global loss and all ranks stop together
+when it is not finite.
+
+Planted gradient faults (SUITE_FAULT, faults.py), inside the step: `grad2x` doubles the gradients the
+optimizer will read, after the strategy synchronized them (after `before_step`); `desync` runs every
+micro-batch under `no_sync()` and skips `before_step`, so nothing is synchronized: DDP-like strategies step
+with each rank's own gradient, FSDP2 and the hand-written ZeRO leave the optimizer no gradient shard at all
+(that step updates nothing; FSDP2 carries the unreduced gradient into the next step's reduce-scatter).
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ import torch
 from suite.cells import Cell
 from suite.data import Batch, Data
 from suite.results.schema import EvalPoint
+from suite.strategies import registry
 from suite.strategies.base import Parallel
 from suite.techniques import precision
+from suite.worker import gradients
 from suite.worker.dist import global_mean, synchronize
 from suite.worker.faults import Faults
 from suite.worker.measure import EventLog
@@ -47,6 +57,7 @@ class TrainerState(TypedDict, total=False):
     losses: list[float]
     step_times_s: list[float]
     eval: list[dict]
+    grad_norms: list[float]
 
 
 @dataclass
@@ -63,6 +74,7 @@ class Trainer:
     losses: list[float] = field(init=False, default_factory=list)
     step_times: list[float] = field(init=False, default_factory=list)
     evals: list[EvalPoint] = field(init=False, default_factory=list)  # held-out evaluations (evaluate.py)
+    grad_norms: list[float] = field(init=False, default_factory=list)  # global gradient norm per step
 
     def __post_init__(self) -> None:
         self.scaler = precision.grad_scaler(self.cell.precision, self.device, self.par.sharded_grad_scaler)
@@ -70,13 +82,14 @@ class Trainer:
     def state_dict(self) -> TrainerState:
         """The loss curve and step times so far (copies: a checkpoint must not change as training goes on)."""
         return {"losses": list(self.losses), "step_times_s": list(self.step_times),
-                "eval": [p.model_dump() for p in self.evals]}
+                "eval": [p.model_dump() for p in self.evals], "grad_norms": list(self.grad_norms)}
 
     def load_state_dict(self, state: TrainerState) -> None:
         """Continue from `state` (a resumed run's curve is whole: earlier steps first)."""
         self.losses = list(state["losses"])
         self.step_times = list(state["step_times_s"])
         self.evals = [EvalPoint.model_validate(p) for p in state.get("eval", [])]
+        self.grad_norms = list(state.get("grad_norms", []))  # absent from checkpoints written before it existed
 
     def batches(self, data: Data, step: int) -> list[Batch]:
         return [(x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True))
@@ -85,10 +98,11 @@ class Trainer:
     def step(self, batches: list[Batch], between: Callable[[], None] | None = None) -> torch.Tensor:
         """One optimizer step; returns this rank's mean loss (a device tensor: no host sync here)."""
         par, opt, scaler, n = self.par, self.par.optimizer, self.scaler, len(batches)
+        fault = self.faults.gradient_fault()  # a planted grad2x / desync for this step (tests only): None else
         opt.zero_grad(set_to_none=True)
         total = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(batches):
-            with par.no_sync() if i < n - 1 else nullcontext():
+            with par.no_sync() if i < n - 1 or fault == "desync" else nullcontext():
                 with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
                     loss = par.model(x, y) / n
                 loss = self.faults.on_loss(loss)  # a nan fault poisons the first micro-batch only
@@ -96,7 +110,10 @@ class Trainer:
             total += loss.detach()
             if between is not None:
                 between()
-        par.before_step()
+        if fault != "desync":
+            par.before_step()
+        if fault == "grad2x":
+            gradients.scale_(gradients.grads_of(par), 2.0)
         scaler.step(opt)
         scaler.update()
         par.after_step()
@@ -108,6 +125,8 @@ class Trainer:
         """The timed loop over optimizer steps start..cell.steps-1 (start > 0: resumed from a checkpoint);
         raises Diverged on a non-finite global loss; `after_step(step, loss)` runs outside the step's timer."""
         world = torch.distributed.get_world_size()
+        # the optimizer's plain gradients are each rank's partition when the family shards optimizer states
+        partitioned = registry.get(self.cell.strategy).shards.optimizer_states
         for step in range(start, self.cell.steps):
             batches = self.batches(data, step)
             self.faults.before_step(step)
@@ -118,9 +137,11 @@ class Trainer:
             self.faults.stretch(t0)  # a planted slowdown (SUITE_FAULT slow=): nothing otherwise
             dt = time.perf_counter() - t0
             loss = global_mean(local, world)
+            norm = gradients.global_norm(gradients.grads_of(self.par), partitioned, self.device)
             self.losses.append(loss)
             self.step_times.append(dt)
-            events.emit("step", step=step, loss=loss, step_time_s=dt)
+            self.grad_norms.append(norm)
+            events.emit("step", step=step, loss=loss, grad_norm=norm, step_time_s=dt)
             if not math.isfinite(loss):
                 raise Diverged(step, loss)
             if step == start:

@@ -56,6 +56,7 @@ class Meta:
     format: str = FORMAT
     extra: dict = field(default_factory=dict)
     eval: list[dict] = field(default_factory=list)  # held-out evaluations so far (EvalPoint dumps)
+    grad_norms: list[float] = field(default_factory=list)  # the global gradient norm of each step done
 
 
 def check_supported(strategy: str, tensor_parallel: int = 1) -> None:

@@ -87,7 +87,8 @@ class RayHooks:
             return 0
         with self.checkpoint.as_directory() as folder:
             meta = ckpt.restore(Path(folder), par.model, par.optimizer)
-        trainer.load_state_dict({"losses": meta.losses, "step_times_s": meta.step_times_s, "eval": meta.eval})
+        trainer.load_state_dict({"losses": meta.losses, "step_times_s": meta.step_times_s, "eval": meta.eval,
+                                 "grad_norms": meta.grad_norms})
         self.resumed_from = meta.step
         return meta.step
 

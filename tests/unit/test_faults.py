@@ -51,3 +51,20 @@ def test_a_planted_lr_factor_changes_the_cell_as_trained_but_not_its_id():
     assert Faults("other-cell", spec).planted(cell) is cell
     with pytest.raises(ValueError, match="lr factor 5000.0 must be between"):
         parse_factor(f"{cell.id}:lr=5000", cell.id, "lr")
+
+
+def test_gradient_faults_parse_and_arm_only_their_step_once():
+    spec = "a:grad2x@2, a:desync@4, b:desync@1, a:slow=1.1"
+    assert parse(spec, "a") == {2: "grad2x", 4: "desync"} and parse(spec, "b") == {1: "desync"}
+    with pytest.raises(ValueError, match="kind 'grad3x' is not one of"):
+        parse("a:grad3x@2", "a")
+    with pytest.raises(ValueError, match="malformed"):
+        parse("a:desync", "a")
+    f = Faults("a", spec)
+    seen = []
+    for step in range(6):
+        f.before_step(step)
+        seen.append(f.gradient_fault())
+        assert f.gradient_fault() is None  # consumed: a step run outside the loop (peaks pass) sees nothing
+    assert seen == [None, None, "grad2x", None, "desync", None]
+    assert Faults("c", spec).gradient_fault() is None

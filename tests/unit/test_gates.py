@@ -131,3 +131,61 @@ def test_cells_own_repeats_counts_and_the_override():
     cells = _cells(strategy=["ddp"], global_batch_size=4, repeats=2)
     assert [r for _, r in g.run_order(cells)] == [0, 1]
     assert [r for _, r in g.run_order(cells, repeats=3)] == [0, 1, 2]
+
+
+def _with_grads(cell, grads, losses=(4.0, 3.0, 2.0)) -> CellResult:
+    return _result(cell, losses=losses).model_copy(update={"grad_norms": list(grads)})
+
+
+def test_match_compares_gradient_norm_curves_naming_the_step_values_and_tolerance():
+    cells = _cells()
+    match = cells[0].convergence.match
+    zero1 = next(c for c in cells if c.strategy == "zero1")
+    ddp = g.reference_of(zero1, cells, match)
+    ref = _with_grads(ddp, [1.8, 1.5, 1.0])
+    same = g.match_gate(zero1, [4.0, 3.0, 2.0], match, ddp, ref, [1.8, 1.5 * (1 + 5e-6), 1.0])
+    assert same.passed and "grad norm: 3 steps within grad_rtol 1e-05" in same.detail  # fp32's default
+    doubled = g.match_gate(zero1, [4.0, 3.0, 2.0], match, ddp, ref, [1.8, 3.0, 1.0])
+    assert not doubled.passed and doubled.step == 1
+    assert doubled.detail.startswith(f"step 1: grad norm 3.0 vs reference {ddp.id} (strategy=ddp) 1.5: |diff| 1.5 > "
+                                     "grad_atol 0 + grad_rtol 1e-05 x 1.5")
+    # the earlier of the two curves' first failures wins; on a tie the gradient norm (it moves first)
+    both = g.match_gate(zero1, [4.0, 3.0, 2.5], match, ddp, ref, [1.8, 1.5, 0.0])
+    assert both.step == 2 and "grad norm 0.0" in both.detail
+    loss_first = g.match_gate(zero1, [4.0, 3.5, 2.0], match, ddp, ref, [1.8, 1.5, 0.0])
+    assert loss_first.step == 1 and "loss 3.5" in loss_first.detail
+    # an explicit grad_rtol; equal infinities (a step fp16's scaler skipped on both sides) agree, NaN does not
+    loose = match.model_copy(update={"grad_rtol": 0.5})
+    assert g.match_gate(zero1, [4.0, 3.0, 2.0], loose, ddp, ref, [1.8, 2.0, 1.0]).passed
+    inf_ref = _with_grads(ddp, [1.8, math.inf, 1.0])
+    assert g.match_gate(zero1, [4.0, 3.0, 2.0], match, ddp, inf_ref, [1.8, math.inf, 1.0]).passed
+    assert not g.match_gate(zero1, [4.0, 3.0, 2.0], match, ddp, ref, [1.8, math.nan, 1.0]).passed
+    short = g.match_gate(zero1, [4.0, 3.0, 2.0], match, ddp, ref, [1.8, 1.5])
+    assert not short.passed and short.step == 2 and "(grad norms)" in short.detail
+
+
+def test_match_without_gradient_norms_compares_losses_and_says_so():
+    cells = _cells()
+    match = cells[0].convergence.match
+    zero1 = next(c for c in cells if c.strategy == "zero1")
+    ddp = g.reference_of(zero1, cells, match)
+    old_ref = g.match_gate(zero1, [4.0, 3.0, 2.0], match, ddp, _result(ddp), [1.8, 9.0, 1.0])
+    assert old_ref.passed and old_ref.detail.endswith(f"gradient norms not compared: reference {ddp.id} "
+                                                      "(strategy=ddp) recorded none (a result from before schema 5)")
+    old_cell = g.match_gate(zero1, [4.0, 3.0, 2.0], match, ddp, _with_grads(ddp, [1.8, 1.5, 1.0]))
+    assert old_cell.passed and "this cell recorded none" in old_cell.detail
+    # an older result (schema 4, no grad_norms key) still reads
+    data = _result(ddp).model_dump()
+    del data["grad_norms"]
+    assert CellResult.model_validate({**data, "schema_version": 4}).grad_norms == []
+
+
+def test_gradient_tolerance_by_precision():
+    from suite.scenario_gates import GRAD_RTOL, MatchGate
+
+    m = MatchGate.model_validate({"strategy": "ddp"})
+    assert m.grad_rtol is None and m.grad_tolerance("fp32") == GRAD_RTOL["fp32"] == 1e-5
+    assert m.grad_tolerance("bf16-mixed") == GRAD_RTOL["bf16-mixed"]
+    assert m.grad_tolerance("fp32", "bf16-mixed") == GRAD_RTOL["bf16-mixed"]  # the looser of the two
+    given = MatchGate.model_validate({"strategy": "ddp", "rtol": 1e-3, "grad_rtol": 1e-3, "grad_atol": 1e-6})
+    assert (given.axis, given.grad_tolerance("fp32"), given.grad_atol) == ("strategy", 1e-3, 1e-6)

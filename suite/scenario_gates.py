@@ -20,13 +20,15 @@ from suite.scenario_yaml import clip
 
 
 # The gradient-norm curve's default relative tolerance per step, by precision (MatchGate.grad_rtol unset).
-# Measured on the 2-core development machine (docs/convergence.md, "The gradient-norm curve"): in fp32 every
-# 2-rank strategy's global gradient norm equals the 1-rank DDP reference's to at most 1.3e-6 relative per step
-# (gpt-tiny, 6 steps; smoke's shape over 30 steps: at most 2.5e-6), so 1e-5 leaves 4x headroom, while a
-# doubled gradient is off by 1.0 and a skipped all-reduce by 0.06 to 1.0 at its step.  Mixed precision: bf16
-# CPU runs of the strategies differ from DDP's bf16 curve by at most 1.6e-3 relative per step (4 steps);
-# 1e-2 leaves 6x headroom and still catches both faults (fp16: bf16's, not measured separately).
-GRAD_RTOL = {"fp32": 1.0e-5, "bf16-mixed": 1.0e-2, "fp16-mixed": 1.0e-2}
+# Measured on the 2-core development machine (docs/convergence.md, "The gradient-norm curve"), gpt-tiny, 2 gloo
+# ranks.  fp32: every strategy's global gradient norm equals the 1-rank DDP reference's to at most 5.4e-8
+# relative per step over smoke's 30 steps (the 2-rank strategies equal DDP's to 1e-15), so 1e-5 leaves 180x
+# headroom, while a doubled gradient is off by 1.0 and a skipped synchronisation by 0.41 to 1.0 at its step.
+# bf16-mixed (CPU, 6 steps): the autocast strategies (ddp, zero1, scratch-dp*) equal DDP's bf16 curve; those
+# that compute with 16-bit parameters (FSDP2's MixedPrecisionPolicy, the hand-written ZeRO's 16-bit buffers)
+# differ from it by up to 4.4e-2 per step, growing with the steps (DDP bf16 vs fp32: 4.6e-3), so 1e-1: 2x
+# headroom, still under the faults' 0.4 to 1.0.  fp16-mixed: bf16's, not measured separately.
+GRAD_RTOL = {"fp32": 1.0e-5, "bf16-mixed": 1.0e-1, "fp16-mixed": 1.0e-1}
 _TOLERANCES = ("rtol", "atol", "grad_rtol", "grad_atol")
 
 
@@ -41,7 +43,7 @@ class MatchGate(Strict):
     atol: float = Field(0.0, ge=0, description="Absolute tolerance per step of the loss curve.")
     grad_rtol: float | None = Field(
         None, ge=0, description="Relative tolerance per step of the gradient-norm curve; unset: by precision, "
-        "fp32 1e-5, bf16-mixed and fp16-mixed 1e-2 (measured, see docs/convergence.md).")
+        "fp32 1e-5, bf16-mixed and fp16-mixed 1e-1 (measured, see docs/convergence.md).")
     grad_atol: float = Field(0.0, ge=0, description="Absolute tolerance per step of the gradient-norm curve.")
 
     def grad_tolerance(self, *precisions: str) -> float:

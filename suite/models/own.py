@@ -45,18 +45,26 @@ def _transformers():
 
 def read_config(path: str) -> dict[str, Any]:
     """The config file at `path`, checked and completed by transformers (ValueError naming what is wrong)."""
+    if len(path) > 4096 or "\0" in path:
+        raise ValueError(f"config {path[:80]!r}...: not a usable path ({len(path)} characters)")
     p = Path(path)
-    if not p.is_file():
+    try:
+        exists, is_file = p.exists(), p.is_file()
+        size = p.stat().st_size if is_file else 0
+        if is_file and size <= MAX_CONFIG_BYTES:
+            data = p.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"config {path!r}: cannot read it: {exc.strerror or exc}") from None
+    if not is_file:
         hub = " (it looks like a hub id: suite never downloads; save the config.json and give its path)" \
-            if "/" in path and not path.endswith(".json") and not p.exists() else ""
-        raise ValueError(f"config {path!r}: no such file (from {os.getcwd()}); suite reads a local config.json "
-                         f"only{hub}")
-    size = p.stat().st_size
+            if "/" in path and not path.endswith(".json") and not exists else ""
+        what = "not a regular file" if exists else f"no such file (from {os.getcwd()})"
+        raise ValueError(f"config {path!r}: {what}; suite reads a local config.json only{hub}")
     if size > MAX_CONFIG_BYTES:
         raise ValueError(f"config {path!r} is {size} bytes; a config.json is a few KiB (at most "
                          f"{MAX_CONFIG_BYTES}): is it a weights file?")
     try:
-        raw = json.loads(p.read_bytes())
+        raw = json.loads(data)
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"config {path!r} is not JSON: {str(exc)[:200]}") from None
     if not isinstance(raw, dict):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -178,6 +179,15 @@ def check(text: bytes, path: Path) -> Outcome:
 
 
 # ---------------------------------------------------------------- the property
+
+@pytest.fixture(autouse=True, scope="module")
+def _warm_imports():
+    """Reading an hf config (own-model.yaml) imports transformers once per process, seconds on this machine:
+    a one-time cost of the process, not of any input, so it is paid before the clock runs."""
+    from suite.models.own import read_config
+
+    read_config(str(REPO / "scenarios/models/qwen2-tiny.json"))
+
 
 _SCRATCH: list[Path] = []
 

@@ -2,15 +2,57 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import List, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from suite import __version__
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Reproducible benchmarks for distributed PyTorch training.")
+# An uncaught exception is a bug in suite, never a verdict: Python and click would exit 1, which is also
+# `run`'s "a cell failed" and `compare`'s "regression", so CI would read a crash as a finding.  It exits
+# EXIT_INTERNAL (70, BSD's EX_SOFTWARE) with its traceback instead, in-process (CliRunner) as from the shell.
+_PASS_THROUGH = (typer.Exit, typer.Abort, typer.TyperException, EOFError)  # typer's own ends (usage errors: 2)
+
+
+def _crash(exc: Exception) -> typer.Exit:
+    """The traceback and one `error:` line on stderr; the Exit to raise (a bad SUITE_PLUGINS is the user's: 2)."""
+    import sys
+    import traceback
+
+    from suite.console import EXIT_INPUT, EXIT_INTERNAL
+    from suite.strategies.registry import PluginError
+
+    if isinstance(exc, PluginError):  # a bad SUITE_PLUGINS: a clean error, whichever command met it first
+        _error(exc)
+        return typer.Exit(EXIT_INPUT)
+    traceback.print_exception(exc, file=sys.stderr)
+    _error(f"internal error (a bug in suite, exit {EXIT_INTERNAL}): {type(exc).__name__}: {exc}; "
+           "please report it with the traceback above")
+    return typer.Exit(EXIT_INTERNAL)
+
+
+class _Group(TyperGroup):
+    """suite's top-level group: every sub-command runs inside its invoke, so one handler sees every crash."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _PASS_THROUGH:
+            raise
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:  # stdout closed early (`suite ... | head`): typer's own quiet exit
+                raise
+            raise _crash(exc) from None
+        except Exception as exc:
+            raise _crash(exc) from None
+
+
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True,
+                  help="Reproducible benchmarks for distributed PyTorch training.")
 
 
 def _error(exc: BaseException | str) -> None:
@@ -144,7 +186,7 @@ def comm(ops: Optional[str] = typer.Option(None, "--ops", help="Comma list of al
 
 @app.command(epilog="Exit codes: 0 every cell ok or infeasible; 1 a cell failed; 2 bad input (scenario file, "
              "option, damaged run folder), nothing run; 3 suite could not write its results (disk full, read-only, "
-             "a file in the way); 128+N stopped by signal N.")
+             "a file in the way); 70 a bug in suite (traceback on stderr); 128+N stopped by signal N.")
 def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resume, a run folder also works)."),
         results: Path = typer.Option(Path("results"), "--results", help="Results root; runs go to <root>/<scenario>/."),
         only: List[str] = typer.Option([], "--only", help="Run only this cell id (or unique prefix); repeatable. "
@@ -231,7 +273,7 @@ def compare(baseline: Path = typer.Argument(..., help="Baseline results (run fol
                                                  "differing, e.g. image_digest (repeatable)."),
             fmt: str = typer.Option("term", "--format", help="term | md | junit."),
             out: Optional[Path] = typer.Option(None, "--out", help="File for the md or junit output.")) -> None:
-    """Compare two sets of results cell by cell: exit 0 no regression, 1 regression, 2 usage error."""
+    """Compare two sets of results cell by cell: exit 0 no regression, 1 regression, 2 usage error, 70 a bug."""
     from suite.report.commands import compare as run_compare
 
     raise typer.Exit(run_compare(baseline, current, threshold, alpha, strict, fmt, out, ignore_env, history))
@@ -263,13 +305,10 @@ def export(results: List[Path] = typer.Argument(..., help="Run folders, scenario
 
 
 def main() -> None:
-    from suite.strategies.registry import PluginError
-
     try:
         app()
-    except PluginError as exc:  # a bad SUITE_PLUGINS: a clean error, whichever command met it first
-        _error(exc)
-        raise SystemExit(2) from None
+    except Exception as exc:  # outside any command's invoke (the top level's own arguments): as _Group does
+        raise SystemExit(_crash(exc).exit_code) from None
 
 
 if __name__ == "__main__":

@@ -27,16 +27,40 @@ def write_scenario(tmp_path: Path):
     return write
 
 
+def checked(result, crash_ok: bool = False):
+    """The click Result, unless the command crashed: then the test fails here, with the traceback.
+
+    A crash is never a verdict: the CLI turns an uncaught exception into exit 70 (suite.console.EXIT_INTERNAL),
+    and CliRunner would turn one that escaped into exit 1 (`compare`'s "regression", `run`'s "a cell failed").
+    Neither may pass a test by its exit code; `crash_ok=True` is for the tests of the crash path itself.
+    """
+    from suite.console import EXIT_INTERNAL
+
+    if crash_ok:
+        return result
+    exc = result.exception
+    if exc is not None and not isinstance(exc, SystemExit):
+        import traceback
+
+        pytest.fail("the command raised " + "".join(traceback.format_exception(exc)), pytrace=False)
+    if result.exit_code == EXIT_INTERNAL:
+        pytest.fail(f"the command crashed (exit {EXIT_INTERNAL}):\n{result.stderr}", pytrace=False)
+    return result
+
+
 @pytest.fixture
 def cli():
-    """cli(*args) -> click Result of the `suite` typer app run in-process (stdout and stderr kept apart)."""
+    """cli(*args, crash_ok=False) -> click Result of the `suite` app run in-process (stdout, stderr apart).
+
+    Fails the test when the command crashed (see `checked`), so no test passes on an uncaught exception.
+    """
     from typer.testing import CliRunner
 
     from suite.cli import app
 
     runner = CliRunner()
 
-    def invoke(*args: str):
-        return runner.invoke(app, [str(a) for a in args])
+    def invoke(*args: str, crash_ok: bool = False):
+        return checked(runner.invoke(app, [str(a) for a in args]), crash_ok)
 
     return invoke

@@ -101,6 +101,7 @@ def test_a_history_of_stored_runs_is_the_noise_model(cli, tmp_path, cells):
         (c.id, m) for c in cells if c.strategy == "zero2" for m in ("step_time", "tokens_per_s")}
     md = cli("compare", tmp_path / "hist", slow, "--format", "md")
     assert md.exit_code == 1 and "### Timing: noise and the smallest detectable change" in md.stdout
+    assert "**regression**: 4 cells compared: 2 regression(s) in 1 cell(s)" in md.stdout
     assert md.stdout.count("night-to-night sd") >= 8  # every cell's two timing checks, unchanged ones too
 
 
@@ -132,7 +133,9 @@ def test_memory_increase_is_a_regression(cli, tmp_path, cells):
     res = compare(load_runs([base]), load_runs([cur]))
     [reg] = res.regressions
     assert reg.metric == "peak_memory" and reg.change == pytest.approx(0.03)
-    assert cli("compare", base, cur).exit_code == 1
+    result = cli("compare", base, cur)
+    assert result.exit_code == 1 and "REGRESSION 4 cells compared: 1 regression(s) in 1 cell(s)" in result.stdout
+    assert "peak_memory" in result.stdout and "up 3.0%" in result.stdout
     # a looser tolerance lets it through
     assert cli("compare", base, cur, "--threshold", "peak_memory=5%").exit_code == 0
 
@@ -146,7 +149,9 @@ def test_newly_diverged_cell_is_a_regression_and_its_metrics_are_skipped(cli, tm
     assert verdicts(res, z2) == {"status": "regression", **{m: "skipped" for m in
                                  ("tokens_per_s", "step_time", "peak_memory", "convergence", "final_loss")}}
     assert [f.cell_id for f in res.regressions] == [z2]
-    assert cli("compare", base, cur).exit_code == 1
+    result = cli("compare", base, cur)
+    assert result.exit_code == 1 and "REGRESSION 4 cells compared: 1 regression(s) in 1 cell(s)" in result.stdout
+    assert z2 in result.stdout and "diverged" in result.stdout
 
 
 def test_convergence_gate_now_failing_and_final_loss_moved(tmp_path, cells):
@@ -225,7 +230,7 @@ def test_junit_xml_one_testcase_per_cell_and_metric(cli, tmp_path, cells):
         make_result(cells[2], seed=1, gates=PASS)])
     out = tmp_path / "junit.xml"
     result = cli("compare", base, cur, "--format", "junit", "--out", out)
-    assert result.exit_code == 1
+    assert result.exit_code == 1 and "REGRESSION 3 cells compared: 3 regression(s) in 2 cell(s)" in result.stderr
     root = ET.parse(out).getroot()
     suite = root.find("testsuite")
     cases = suite.findall("testcase")

@@ -94,9 +94,12 @@ def test_a_quiet_night_passes_and_publishes(cli, tmp_path):
 def test_a_regression_fails_the_compare_step(cli, tmp_path):
     cells = make_cells(**CELLS)
     env, (junit, md, _, publish) = night(tmp_path, cells, "sha256:bbb", slow=cells[0].id)
-    assert cli(*junit).exit_code == 1
-    assert cli(*md).exit_code == 1
+    for cmd in (junit, md):  # exit 1 is the verdict, shown as such (a crash would be 70 and fail here)
+        result = cli(*cmd)
+        assert result.exit_code == 1 and "REGRESSION 4 cells compared: 2 regression(s) in 1 cell(s)" in result.stderr
     assert "**regression**" in (Path(env["REPORT"]) / "compare.md").read_text()
+    xml = (Path(env["REPORT"]) / "compare.xml").read_text()
+    assert f'name="{cells[0].id}.step_time"' in xml and xml.count("<failure") == 2
     assert cli(*publish).exit_code == 0  # publishing shows regressions; compare is the gate
     summary = (Path(env["SITE"]) / "summary.md").read_text()
     # one run a side: compare's verdict is the threshold's alone, and the summary says so

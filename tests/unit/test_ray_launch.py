@@ -89,10 +89,15 @@ def test_private_cluster_size():
     assert _local_size(launch_request(cell, Path("w"), "cuda"))[1:] == (12.0, 4)
 
 
-ray_driver = pytest.importorskip("suite.launch.ray_driver", reason="the ray extra is not installed")
+@pytest.fixture
+def ray_driver():
+    """suite.launch.ray_driver (it imports Ray at the top): only the tests that use it skip without the ray extra.
+
+    A module-level importorskip here skipped the whole file, the scenario and sizing tests above included."""
+    return pytest.importorskip("suite.launch.ray_driver", reason="the ray extra is not installed")
 
 
-def test_auto_placement_pins_gpus_over_nodes_in_blocks():
+def test_auto_placement_pins_gpus_over_nodes_in_blocks(ray_driver):
     (cell,) = expand(Scenario(**{**BASE, "gpus": 4, "global_batch_size": 16}))
     assert ray_driver.label_selectors(cell, ["a", "b"]) == [{"ray.io/node-id": n} for n in "aabb"]
 
@@ -103,7 +108,7 @@ def _record(rank: int, status: str = "ok") -> RankRecord:
                       warmup_steps=0, tokens_per_step=1, samples_per_step=1, extra={"ray": {"returned_t": 5.0}})
 
 
-def test_reporter_writes_events_records_and_restarts(tmp_path):
+def test_reporter_writes_events_records_and_restarts(tmp_path, ray_driver):
     from suite.worker.ray_entry import RankFailed
 
     rep = ray_driver.Reporter(str(tmp_path))

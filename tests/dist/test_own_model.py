@@ -33,7 +33,7 @@ TOLERANCE = 0.05
 
 
 def _cell(model: str, **overrides):
-    return make_cell(model=MODELS[model], measure_peaks=True, **overrides)
+    return make_cell(**{"model": MODELS[model], "measure_peaks": True, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,36 @@ def test_two_ranks_match_one(model, strategy, runs, references):
     assert len(records[0].losses) == cell.steps
     assert records[0].losses == pytest.approx(references[model], rel=1e-4), (records[0].losses, references[model])
     assert records[0].losses[-1] < records[0].losses[0] - 0.1, "the model learns (6 steps: about -0.2 here)"
+
+
+# Every 2-rank strategy (hsdp needs 4 ranks: its FSDP2 path is zero3's, traced in the unit tests) on the tied
+# Qwen2 config, checkpointing selective or full: the same curve as 1 rank without checkpointing.
+EVERY = [(s, ("selective", "full")[i % 2]) for i, s in enumerate(
+    ("ddp", "zero1", "zero2", "zero3", "zero3-offload", "scratch-dp", "scratch-dp-overlap", "scratch-dp-bucketed",
+     "scratch-zero1", "scratch-zero2", "scratch-zero3"))]
+
+
+@pytest.fixture(scope="module")
+def every(tmp_path_factory):
+    cells = {(s, c): _cell("hf-qwen2", strategy=s, activation_checkpointing=c, measure_peaks=False) for s, c in EVERY}
+    cells[("zero3", "bf16-mixed")] = _cell("hf-qwen2", strategy="zero3", precision="bf16-mixed", measure_peaks=False)
+    records = run_group(list(cells.values()), tmp_path_factory.mktemp("own-every"))
+    return {key: records[cell.id] for key, cell in cells.items()}
+
+
+@pytest.mark.parametrize("strategy,checkpointing", EVERY)
+def test_every_strategy_and_checkpointing_trains_an_hf_model_like_one_rank(strategy, checkpointing, every,
+                                                                           references):
+    records = every[(strategy, checkpointing)]
+    assert all(r.status == "ok" for r in records), [r.error for r in records]
+    assert records[0].losses == pytest.approx(references["hf-qwen2"], rel=1e-4)
+
+
+def test_bf16_mixed_trains_an_hf_model(every, references):
+    (r0, *_), ref = every[("zero3", "bf16-mixed")], references["hf-qwen2"]
+    assert r0.status == "ok", r0.error
+    # bf16 compute: near the fp32 curve (measured gap here: well under 1%), not equal to it
+    assert r0.losses == pytest.approx(ref, rel=2e-2) and r0.losses != ref
 
 
 @pytest.mark.parametrize("model", list(MODELS))

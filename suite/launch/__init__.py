@@ -70,6 +70,7 @@ class LaunchResult:
         self.ended = outcome.ended
         if outcome.killed_pids is not None:
             self.extra["killed_pids"] = outcome.killed_pids
+            self.extra["sigkill_needed"] = outcome.sigkill_needed  # False: SIGTERM alone stopped everything
         if outcome.stray_killed is not None:
             self.extra["stray_killed"] = outcome.stray_killed
         return self

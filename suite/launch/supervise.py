@@ -62,6 +62,7 @@ class Outcome:
     interrupted: bool = False
     ended: float = 0.0  # unix time when it had exited
     killed_pids: list[int] | None = None  # stopped on timeout / Ctrl-C
+    sigkill_needed: bool | None = None  # when stopped: something still ran at the end of the grace period
     stray_killed: list[int] | None = None  # still alive after a normal exit, then stopped
 
 
@@ -78,13 +79,19 @@ def stop_gracefully(handle: Handle, grace_s: float) -> list[int] | None:
 
     The grace period lets ranks flush their records and torchrun stop its workers itself; the SIGKILL makes
     sure a process that ignores SIGTERM cannot hold the run.  Returns the pids that were asked to stop."""
+    return _stop(handle, grace_s)[0]
+
+
+def _stop(handle: Handle, grace_s: float) -> tuple[list[int] | None, bool]:
+    """stop_gracefully's work; also whether SIGKILL was needed (a fact, not a clock: tests read it)."""
     pids = handle.terminate()
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and handle.running():
         time.sleep(0.05)
+    forced = handle.running()
     handle.kill()
     handle.wait()
-    return None if pids is None else sorted(pids)
+    return (None if pids is None else sorted(pids)), forced
 
 
 def supervise(handle: Handle, *, timeout_s: float, stop: threading.Event,
@@ -98,7 +105,7 @@ def supervise(handle: Handle, *, timeout_s: float, stop: threading.Event,
         if stop.is_set() or time.monotonic() > deadline:
             outcome.interrupted = stop.is_set()
             outcome.timed_out = not outcome.interrupted
-            outcome.killed_pids = stop_gracefully(handle, grace_s)
+            outcome.killed_pids, outcome.sigkill_needed = _stop(handle, grace_s)
             break
         stop.wait(POLL_S)
     outcome.ended = time.time()

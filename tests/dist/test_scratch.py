@@ -52,20 +52,43 @@ PROBE_MODEL = {"family": "gpt", "layers": 4, "hidden": 32, "heads": 4, "vocab": 
 
 # ===================================================================================== inside each rank
 class Recorder:
-    """Wraps a collective; records, per call, when it was launched and whether it was still in flight."""
+    """Wraps a collective; records, per call, when it was launched and when its handle was waited on.
+
+    "When" is program order, not a clock: `ready` counts the gradients done, `blocks` the blocks whose forward
+    began.  A call whose wait came after more computation than its launch (`overlapped`) was on the wire while
+    the model computed — whether gloo had finished by then (`in_flight`, kept for information) is a race."""
 
     def __init__(self, n_params: int):
-        self.n_params, self.ready, self.phase, self.calls = n_params, 0, "setup", []
+        self.n_params, self.ready, self.blocks, self.phase, self.calls = n_params, 0, 0, "setup", []
 
     def wrap(self, fn):
         def collective(*args, **kwargs):
             work = fn(*args, **kwargs)
-            in_flight = work is not None and not work.is_completed()  # checked right after the launch
-            self.calls.append({"op": fn.__name__, "phase": self.phase, "ready": self.ready,
-                               "async": bool(kwargs.get("async_op")), "in_flight": in_flight})
-            return work
+            call = {"op": fn.__name__, "phase": self.phase, "ready": self.ready, "blocks": self.blocks,
+                    "async": bool(kwargs.get("async_op")), "waited": None, "overlapped": False,
+                    "in_flight": work is not None and not work.is_completed()}
+            self.calls.append(call)
+            return work if work is None else _Watched(work, call, self)
 
         return collective
+
+
+class _Watched:
+    """A collective's handle that notes, at its first wait(), how far the computation had got."""
+
+    def __init__(self, work, call: dict, rec: Recorder):
+        self._work, self._call, self._rec = work, call, rec
+
+    def wait(self, *args, **kwargs):
+        c, r = self._call, self._rec
+        if c["waited"] is None:
+            c["waited"] = {"phase": r.phase, "ready": r.ready, "blocks": r.blocks}
+            # more than the launching gradient's own hook (counted after the strategy's), or a later block
+            c["overlapped"] = r.ready > c["ready"] + 1 or r.blocks > c["blocks"]
+        return self._work.wait(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
 
 
 def _storage_sizes(module) -> list[int]:
@@ -90,9 +113,12 @@ def probe(strategy: str, rank: int) -> dict:
     for p in params:  # registered after the strategy's hooks, so it runs after them: counts gradients *done*
         p.register_post_accumulate_grad_hook(lambda p: setattr(rec, "ready", rec.ready + 1))
     gathered_in_block = []  # scratch-zero3: which blocks hold full parameters while block i runs forward
+    def entering(i: int) -> None:  # a forward pre-hook must return None (a value would replace the inputs)
+        gathered_in_block.append([i] + [int(sum(_storage_sizes(b)) > 0) for b in model.blocks])
+        rec.blocks += 1
+
     for i, block in enumerate(model.blocks):
-        block.register_forward_pre_hook(lambda m, a, i=i: gathered_in_block.append(
-            [i] + [int(sum(_storage_sizes(b)) > 0) for b in model.blocks]))
+        block.register_forward_pre_hook(lambda m, a, i=i: entering(i))
     (x, y), = build_data(cell, rank, 2).micro_batches(0)
     patches = [mock.patch("torch.distributed.all_reduce", rec.wrap(torch.distributed.all_reduce)),
                mock.patch.object(zero2, "reduce_scatter_flat", rec.wrap(zero2.reduce_scatter_flat)),
@@ -258,9 +284,11 @@ def test_gradient_communication_overlaps_backward(strategy, launched):
         reduces = [c for c in during if "gather" not in c["op"]]
         assert len(reduces) == expected > 1, result["calls"]
         assert all(c["async"] for c in reduces)
-        # launched while backward still had gradients to compute, and still on the wire right after launch
+        # launched while backward still had gradients to compute, and waited on only after more of them were
+        # computed (program order, not gloo's speed: whether it was still on the wire at launch is a race)
         assert any(c["ready"] < result["n_params"] - 1 for c in reduces), reduces
-        assert any(c["in_flight"] for c in reduces), reduces
+        assert all(c["waited"] is not None for c in reduces), reduces
+        assert sum(c["overlapped"] for c in reduces) >= len(reduces) - 1, reduces  # all but the last launched
         assert not [c for c in result["calls"] if c["phase"] == "step" and "gather" not in c["op"]]
 
 
@@ -271,7 +299,9 @@ def test_zero3_gathers_each_block_twice_with_prefetch_and_frees_it(launched):
         forward = [c for c in gathers if c["phase"] == "forward"]
         backward = [c for c in gathers if c["phase"] == "backward"]
         assert len(forward) == 5 and len(backward) == 4  # root + 4 blocks in forward, each block again
-        assert all(c["async"] for c in gathers) and any(c["in_flight"] for c in gathers)
+        assert all(c["async"] for c in gathers) and any(c["overlapped"] for c in gathers), gathers
+        # the prefetched gathers: launched before a block's forward, waited on after it began
+        assert sum(c["overlapped"] for c in forward) >= 3, forward
         # while block i runs its forward, only block i and the prefetched block i+1 hold full parameters
         for i, *held in result["gathered_in_block"]:
             assert held == [int(j in (i, i + 1)) for j in range(4)], result["gathered_in_block"]

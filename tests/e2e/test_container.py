@@ -218,7 +218,7 @@ def test_sdk_timeout_and_stop_remove_the_container(images, tmp_path, monkeypatch
                                stop=threading.Event(), grace_s=3)
     assert timed.timed_out and not timed.interrupted and "timeout" in timed.error, \
         (timed, (tmp_path / "t" / "launcher.log").read_text()[-3000:])
-    assert time.monotonic() - t0 < 25 + 30
+    assert time.monotonic() - t0 < 25 + 300  # a hang guard only: timed_out above says it stopped at its timeout
     stop = threading.Event()
     threading.Timer(15, stop.set).start()
     (tmp_path / "s").mkdir()

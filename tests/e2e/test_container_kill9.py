@@ -52,7 +52,7 @@ def test_kill9_of_the_runner_removes_its_hanging_container(images, tmp_path):  #
     run = run_cli(["run", str(path), "--results", str(results), "--image", images["image"]], tmp_path,
                   env(SUITE_FAULT=f"{cell.id}:hang@1", SUITE_CONTAINER_LABELS=TEST_LABEL), timeout=600, watch=watch)
     assert run.returncode == -signal.SIGKILL, run.stderr
-    while (_containers() or run.alive()) and time.monotonic() - fired["t"] < 5.0:
+    while (_containers() or run.alive()) and time.monotonic() - fired["t"] < 30.0:  # generous: `took` is printed
         time.sleep(0.1)
     took = time.monotonic() - fired["t"]
     left, alive = _containers(), run.alive()

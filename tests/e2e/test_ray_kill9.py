@@ -41,10 +41,10 @@ def test_a_private_cluster_dies_with_its_runner():
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait()
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 5.0 and any(_alive(p) for p in procs):
+        while time.monotonic() - t0 < 30.0 and any(_alive(p) for p in procs):  # generous; the time is printed
             time.sleep(0.05)
         left = {p.pid: _name(p) for p in procs if _alive(p)}
-        assert not left, f"alive 5 s after the runner's SIGKILL: {left}"
+        assert not left, f"alive 30 s after the runner's SIGKILL: {left}"
         print(f"{len(procs)} cluster processes gone {time.monotonic() - t0:.2f} s after the runner's SIGKILL")
     finally:
         runner.kill()

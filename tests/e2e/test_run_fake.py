@@ -24,7 +24,7 @@ global_batch_size: 128
 steps: 6
 warmup_steps: 2
 device: cpu
-timeout_s: 120
+timeout_s: 600  # a hang guard only: nothing here is meant to time out
 exclude: [{gpus: 64, strategy: zero1}, {gpus: 64, strategy: zero2}]
 """
 
@@ -98,12 +98,11 @@ def test_worker_ignoring_sigterm_is_killed_and_reaped(tmp_path, monkeypatch):
                 started["stop"] = time.monotonic()
                 stop.set()
 
-    t0 = time.monotonic()
     request = write_payload(cell, launch_request(cell, work, "cpu", worker_module=FAKE_WORKER, timeout_s=300))
     result = torchrun.run_cell(request, stop=stop, on_poll=on_poll, grace_s=2.0)
     assert result.interrupted and not result.timed_out
     assert time.monotonic() - started["stop"] >= 2.0  # SIGTERM was ignored: SIGKILL came after the grace period
-    assert time.monotonic() - t0 < 120
+    assert result.extra["sigkill_needed"] is True  # and it took the SIGKILL (stopped before the 300 s timeout)
     workers = [p for p in seen.values()
                if "fake_worker" in cmdlines[p.pid] and "suite.launch.torchrun" not in cmdlines[p.pid]]
     assert len(workers) == 2  # both ranks were seen, and both are gone now

@@ -18,7 +18,7 @@ from tests.e2e.run_helpers import FAKE_WORKER, cell_results, env, run_cli, run_d
 
 pytestmark = pytest.mark.slow
 
-ORPHAN_LIMIT_S = 5.0
+ORPHAN_LIMIT_S = 30.0  # a hang guard, generous on a loaded 2-core machine: the lifeline acts at once (`took` is printed)
 SCENARIO = """
 name: kill9
 model: gpt-tiny

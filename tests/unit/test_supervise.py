@@ -55,6 +55,8 @@ def test_timeout_stops_gracefully_and_stop_event_interrupts():
     timed = FakeHandle()
     out = supervise(timed, timeout_s=0, stop=threading.Event(), grace_s=5)
     assert out.timed_out and not out.interrupted and out.returncode == -15 and out.killed_pids == [42]
+    assert out.sigkill_needed is False  # SIGTERM alone ended it
+    assert LaunchResult(launcher="x").take(out).extra == {"killed_pids": [42], "sigkill_needed": False}
     assert timed.calls[:2] == ["terminate", "kill"]  # kill() after a clean exit only forces what is left
     stop = threading.Event()
     stop.set()
@@ -68,6 +70,8 @@ def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period():
     t0 = time.monotonic()
     assert stop_gracefully(handle, grace_s=0.3) == [42]
     assert time.monotonic() - t0 >= 0.3 and handle.code == -9 and handle.calls == ["terminate", "kill", "wait"]
+    out = supervise(FakeHandle(stubborn=True), timeout_s=0, stop=threading.Event(), grace_s=0.1)
+    assert out.returncode == -9 and out.sigkill_needed is True
 
 
 def test_what_outlives_a_normal_exit_is_stopped_and_reported():

@@ -47,9 +47,10 @@ COPY --from=requirements /tmp/requirements.txt /tmp/build/requirements.txt
 # hadolint ignore=SC2086
 RUN python3 -m pip install -q $PIP_ARGS setuptools==80.9.0 -r /tmp/build/requirements.txt
 
-# Optional extras (e.g. EXTRAS=ray for the compose Ray cluster, comma-separated): a separate layer, so
+# Optional extras (e.g. EXTRAS=hf,ray for the compose Ray cluster, comma-separated): a separate layer, so
 # suite:ray shares the multi-GB layer above with suite:latest.
-ARG EXTRAS=""
+# hf by default: `model: {family: hf, config: ...}` (transformers, tens of MB) works in the main image.
+ARG EXTRAS="hf"
 COPY --from=requirements /tmp/extra-*.txt /tmp/build/
 # hadolint ignore=SC2086,DL3013
 RUN if [ -n "$EXTRAS" ]; then \

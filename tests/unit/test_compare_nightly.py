@@ -48,7 +48,7 @@ def test_workflow_shape(workflow):
     # steps after the comparison still publish when it fails (a regression fails the job at compare)
     after = job["steps"][[s.get("name", "") for s in job["steps"]].index("Compare with the baseline") + 1:]
     assert after and all(s.get("if", "").startswith("${{ !cancelled()") for s in after)
-    assert "SUITE_EXTRAS=report scripts/docker-setup" in text  # the image can draw the report's and site's plots
+    assert "SUITE_EXTRAS=hf,report scripts/docker-setup" in text  # the image can draw the report's and site's plots
     pages = workflow["jobs"]["pages"]
     assert pages["needs"] == "nightly" and "SUITE_PAGES" in pages["if"] and pages["environment"]["name"] == "github-pages"
 

@@ -124,6 +124,10 @@ def test_improvement_is_reported_and_passes(cli, tmp_path, cells):
     assert {f.metric for f in res.improvements} == {"step_time", "tokens_per_s"} and len(res.improvements) == 8
     result = cli("compare", base, cur, "--format", "md")
     assert result.exit_code == 0 and "| improvement |" in result.stdout
+    assert "no regression: 4 cells compared: 0 regression(s) in 0 cell(s), 8 improvement(s)" in result.stdout
+    term = cli("compare", base, cur)
+    assert term.exit_code == 0 and "ok 4 cells compared: 0 regression(s) in 0 cell(s), 8 improvement(s)" in " ".join(
+        term.stdout.split())
 
 
 def test_memory_increase_is_a_regression(cli, tmp_path, cells):
@@ -248,3 +252,39 @@ def test_junit_xml_one_testcase_per_cell_and_metric(cli, tmp_path, cells):
     own = {p.get("name"): p.get("value") for p in step.find("properties")}
     assert own["noise"].startswith("no noise estimate") and float(own["detectable"]) == 0.05
     assert "judged against no noise estimate" in step.find("failure").get("message")
+
+
+def test_cells_only_in_current_are_listed_and_pass(cli, tmp_path, cells):
+    base = store(tmp_path, "base", [make_result(c, gates=PASS) for c in cells[:3]])
+    cur = store(tmp_path, "cur", [make_result(c, seed=1, gates=PASS) for c in cells])  # the fourth is new
+    res = compare(load_runs([base]), load_runs([cur]))
+    assert [cid for cid, _ in res.only_current] == [cells[3].id] and res.only_baseline == []
+    assert res.matched == 3 and res.regressions == []
+    term = cli("compare", base, cur)
+    assert term.exit_code == 0, term.output
+    text = " ".join(term.stdout.split())
+    assert f"only in current: {cells[3].id}" in text
+    assert "ok 3 cells compared: 0 regression(s)" in text and "0 cell(s) only in baseline, 1 only in current" in text
+    md = cli("compare", base, cur, "--format", "md")
+    assert md.exit_code == 0 and "### Only in current (1)" in md.stdout and cells[3].id in md.stdout
+
+
+def test_no_like_for_like_memory_is_inconclusive_not_a_regression(cli, tmp_path, cells):
+    # the baseline measured a CUDA peak, the current run only counted tensor bytes (a CPU run): not comparable
+    base = baseline(tmp_path, cells)
+    cur = store(tmp_path, "cur", [make_result(c, seed=1, gates=PASS, memory="states") for c in cells])
+    res = compare(load_runs([base]), load_runs([cur]))
+    memory = [f for f in res.findings if f.metric == "peak_memory"]
+    assert len(memory) == 4 and {f.verdict for f in memory} == {"inconclusive"}
+    assert all(f.detail.startswith("no like-for-like measurement") for f in memory)
+    assert res.regressions == []
+    term = cli("compare", base, cur)
+    assert term.exit_code == 0, term.output
+    text = " ".join(term.stdout.split())
+    assert "ok 4 cells compared: 0 regression(s) in 0 cell(s), 0 improvement(s), 4 inconclusive" in text
+    assert "inconclusive" in text and "no like-for-like" in text
+    junit = tmp_path / "j.xml"
+    assert cli("compare", base, cur, "--format", "junit", "--out", junit).exit_code == 0
+    root = ET.parse(junit).getroot()
+    skipped = {c.get("name") for c in root.iter("testcase") if c.find("skipped") is not None}
+    assert {f"{c.id}.peak_memory" for c in cells} <= skipped

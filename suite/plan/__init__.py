@@ -39,6 +39,8 @@ class Prediction(BaseModel):
     as_implemented: MemoryBreakdown | None = Field(description="What the code holds (see implemented.py); None for "
                                                    "a traced-only model.")
     analytic: str | None = Field(None, description="Why the formulas do not cover the model (traced only), or None.")
+    host_bytes: float = Field(0.0, description="What an offloading strategy keeps in host memory (a CPU trace's "
+                              "peak includes it; the device's share is the peak less it).")
     traced: Trace | None = Field(None, description="The traced peak of the real code, when traced.")
     trace_error: str | None = Field(None, description="Why the cell could not be traced, when it was asked to be.")
     fits: bool | None = Field(description="predicted bytes <= gpu_memory_gb x 1e9; None when the scenario "
@@ -79,6 +81,7 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
         memory_bytes=textbook,
         as_implemented=implemented,
         analytic=why,
+        host_bytes=host,
         traced=traced,
         trace_error=trace.error if isinstance(trace, TraceFailure) else None,
         fits=None if cell.gpu_memory_gb is None or by == "none" else nbytes <= cell.gpu_memory_gb * 1e9,

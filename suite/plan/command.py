@@ -79,7 +79,7 @@ def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bo
     cols = COLUMNS + (["max mbs"] if max_micro_batch else [])
     # columns only some scenarios need: hsdp's shard group, a seed axis (cells that differ by the seed alone),
     # offload's host bytes (inserted right to left, so each index is still the one of COLUMNS)
-    extra = (("as implemented", "host", lambda r: nbytes((r["as_implemented"] or {}).get("host", 0.0)),
+    extra = (("as implemented", "host", lambda r: nbytes(r["host_bytes"]),
               lambda vs: vs != {nbytes(0)}),
              ("gbs", "seed", lambda r: r["settings"]["seed"], lambda vs: len(vs) > 1),
              ("gpus", "tp", lambda r: r["settings"].get("tensor_parallel", 1), lambda vs: vs != {1}),
@@ -103,7 +103,7 @@ def _dash(value) -> object:
 
 def _row(r: dict) -> list:
     s, m, impl, tr = r["settings"], r["memory_bytes"] or {}, r["as_implemented"] or {}, r["traced"]
-    host = impl.get("host", 0.0)
+    host = r["host_bytes"]
     # offload: a CPU trace sees host and device as one pool; the device's share is the peak less the host bytes
     traced = (nbytes(tr["peak"] - host) + ("*" if host else "")) if tr else ("untraced" if r["trace_error"] else "")
     fits = "" if r["fits"] is None else f"{'yes' if r['fits'] else 'no'} ({r['fits_by']})"
@@ -132,7 +132,7 @@ def _notes(rows: list[dict], headroom: float | None) -> list[str]:
     if headroom is not None:
         notes.append(f"max mbs: largest micro-batch whose traced peak <= gpu_memory_gb x (1 - {headroom:g}) "
                      "(headroom for the CUDA context, NCCL buffers, allocator fragmentation); + : search capped")
-    if any((r["as_implemented"] or {}).get("host") for r in rows):
+    if any(r["host_bytes"] for r in rows):
         notes.append("host: bytes an offloading strategy keeps in host memory (not in the device totals); *: the "
                      "traced peak less those bytes (a CPU trace sees host and device as one memory)")
     seen = set()

@@ -22,6 +22,7 @@ def plan_rows(cells, trace: Callable[[Any], Trace | TraceFailure] | None = None)
             "memory_bytes": p.memory_bytes.model_dump() if p.memory_bytes else None,  # None: traced only
             "as_implemented": p.as_implemented.model_dump() if p.as_implemented else None,
             "analytic": p.analytic,
+            "host_bytes": p.host_bytes,
             "traced": p.traced.model_dump() if p.traced else None,
             "trace_error": p.trace_error,
             "fits": p.fits,

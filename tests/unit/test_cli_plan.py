@@ -12,7 +12,7 @@ from suite.plan import predict
 from suite.scenario import AXES, Scenario
 
 REPO = Path(__file__).resolve().parents[2]
-ROW_KEYS = {"cell", "settings", "num_parameters", "memory_bytes", "as_implemented", "analytic", "traced", "trace_error", "fits",
+ROW_KEYS = {"cell", "settings", "num_parameters", "memory_bytes", "as_implemented", "analytic", "host_bytes", "traced", "trace_error", "fits",
             "fits_by", "fits_bytes", "flops_per_token", "comm_bytes_per_step"}
 MEMORY_KEYS = {"parameters", "gradients", "optimizer_states", "master_weights", "activations", "total", "host"}
 # The keys the issue fixes for scenario files (users and CI scripts write them).

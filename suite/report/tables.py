@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from suite.compat import PINNED_TORCH, is_pinned
 from suite.strategies import registry
 from suite.report import stats
 from suite.report.axes import AXES, AXIS_HEADERS, varying_axes
@@ -298,6 +299,6 @@ def run_table(runs: list[Run]) -> list[list[str]]:
         commit = (m.git_commit or "-")[:7] + ("+dirty" if m.git_dirty else "")
         devices = f"{m.device_count} x {m.devices[0]}" if m.devices else m.cpu_model
         digest = (m.container_image_digest or "-")[:19]
-        out.append([run.label, m.created_at, commit, devices, m.torch or "-", m.cuda or "-", m.nccl or "-", digest,
-                    m.hostname])
+        torch = (m.torch + ("" if is_pinned(m.torch) else f" (not the pinned {PINNED_TORCH})")) if m.torch else "-"
+        out.append([run.label, m.created_at, commit, devices, torch, m.cuda or "-", m.nccl or "-", digest, m.hostname])
     return out

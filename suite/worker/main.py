@@ -24,6 +24,7 @@ import torch
 
 from suite.cells import Cell
 from suite.data import build_data
+from suite.compat import require_torch
 from suite.models.build import build_model
 from suite.results.schema import CudaMemory, PeakMemory, RankRecord, SetupTimes, TensorBytes
 from suite.strategies import get_strategy, parallelize
@@ -103,6 +104,7 @@ def run_worker(cell: Cell, out_dir: Path, hooks: RunHooks | None = None) -> Rank
 
 def _train(cell: Cell, out_dir: Path, out: _Outcome, hooks: RunHooks | None = None) -> None:
     t0 = time.perf_counter()
+    require_torch()  # older than any release suite's torch calls were checked against: a clear failure
     out.rank = rank = wdist.setup(cell.device, cell.gpus)
     t_pg = time.perf_counter()
     events = out.events

@@ -65,3 +65,14 @@ def test_rehearsal_installs_offline_and_imports_everything(tmp_path):
     log = (out / "gpu-check.log").read_text()
     assert "no site packages" in log and "stand in for the GPU image" in log
     assert sorted(p.name for p in out.iterdir()) == ["gpu-check.log", "report.md", "versions.txt"]
+
+
+def test_report_marks_results_from_another_torch():
+    """A GPU result from the lent machine's torch 2.11 says so in every report's run table."""
+    from suite.report.tables import run_table
+    from suite.results.reader import load_run
+
+    run = load_run(sorted((ROOT / "results" / "baselines" / "smoke").iterdir())[0])
+    assert run_table([run])[0][4] == run.manifest.torch  # the pinned torch: as it is
+    other = type(run)(run.path, run.manifest.model_copy(update={"torch": "2.11.0+cu130"}), run.results)
+    assert run_table([other])[0][4] == f"2.11.0+cu130 (not the pinned {compat.PINNED_TORCH})"

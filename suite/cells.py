@@ -109,10 +109,15 @@ def model_label(shape: AnyShape) -> str:
     if shape.preset:
         return shape.preset
     if isinstance(shape, HfShape):  # the config file's name: scenarios/models/qwen2-tiny.json -> hf-qwen2-tiny
-        stem = shape.config.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
-        return "hf-" + (stem[:-5] if stem.endswith(".json") else stem)
-    if isinstance(shape, PythonShape):
-        return "py-" + shape.factory.rsplit(":", 1)[-1]
+        parts = [p for p in shape.config.replace("\\", "/").split("/") if p]
+        stem = parts[-1][:-5] if parts[-1].endswith(".json") else parts[-1]
+        if stem == "config" and len(parts) > 1:  # a model's folder: .../Qwen2.5-0.5B/config.json -> hf-Qwen2.5-0.5B
+            stem = parts[-2]
+        return "hf-" + stem
+    if isinstance(shape, PythonShape):  # the function, and its arguments: two sizes are two labels
+        args = ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in sorted(shape.args.items()))
+        label = "py-" + shape.factory.rsplit(":", 1)[-1] + (f"[{args}]" if args else "")
+        return label if len(label) <= 80 else label[:64] + "~" + hashlib.sha256(label.encode()).hexdigest()[:8]
     return f"{shape.family}-L{shape.layers}-h{shape.hidden}"
 
 
@@ -206,6 +211,7 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
     }
     cells: list[Cell] = []
     seen: set[str] = set()
+    problems += _label_clashes(scenario, src)
     for values in itertools.product(*(scenario.axis_values(a) for a in AXES)):
         combo = dict(zip(AXES, values))
         shape = resolve(combo["model"])
@@ -242,6 +248,22 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
     if problems:
         raise ScenarioError(_dedupe(problems))
     return cells
+
+
+def _label_clashes(scenario: Scenario, src: SourceMap) -> list[str]:
+    """Two different models under one label would be one value on the model axis: gates would compare one
+    with the other's reference, excludes and reports would merge them."""
+    shapes: dict[str, Any] = {}
+    problems = []
+    for model in scenario.axis_values("model"):
+        shape = resolve(model)
+        label = model_label(shape)
+        other = shapes.setdefault(label, shape)
+        if other is not shape and other.model_dump(exclude={"preset", "config"}) != shape.model_dump(
+                exclude={"preset", "config"}):
+            problems.append(f"{src.where('model')}: two different models are both labelled {label} (a label is the "
+                            "config's file or folder name, or the factory's function and args): rename one")
+    return problems
 
 
 def _check_size(scenario: Scenario, src: SourceMap) -> None:

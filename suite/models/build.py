@@ -66,12 +66,42 @@ def _construct(shape: AnyShape) -> nn.Module:
     if isinstance(shape, HfShape):
         from suite.models.hf import HfCausalLM
 
-        return HfCausalLM(shape)  # transformers initializes inside from_config, from the seeded RNG
+        return _as_probed(shape, HfCausalLM(shape), shape.probed)  # transformers initializes, from the seeded RNG
     if isinstance(shape, PythonShape):
-        from suite.models.factory import construct
+        from suite.models.factory import construct, probe_digest
 
-        return construct(shape.factory, shape.args)
+        digest = probe_digest(shape.factory)
+        if shape.probed and digest != shape.probed.get("source_digest"):
+            raise RuntimeError(f"factory {shape.factory}: its source file here (digest {digest}) is not the one the "
+                               f"scenario was validated with ({shape.probed.get('source_digest')}): another version "
+                               "of the code is mounted or installed where this rank runs")
+        return _as_probed(shape, construct(shape.factory, shape.args), shape.probed)
     raise TypeError(f"build_model: unknown model shape {type(shape).__name__}; expected one of suite.models.own's")
+
+
+def _as_probed(shape: AnyShape, model: nn.Module, probed: dict | None) -> nn.Module:
+    """The model this rank built is the one the scenario was validated with (same parameter count)."""
+    count = sum(p.numel() for p in model.parameters())
+    if probed and count != probed.get("parameters"):
+        raise RuntimeError(f"model {getattr(shape, 'factory', None) or shape.config}: built with {count} parameters "
+                           f"here, validated with {probed.get('parameters')}: not the same model (another version "
+                           "of its code or of transformers where this rank runs)")
+    return model
+
+
+def materialize(model: nn.Module, device) -> nn.Module:
+    """`model.to_empty(device=device)` keeping shared (tied) parameters shared: to_empty gives every module its
+    own new Parameter, which would count a tied head twice (the trace materializes meta builds with this)."""
+    users: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, p in module._parameters.items():
+            if p is not None:
+                users.setdefault(id(p), []).append((module, name))
+    model.to_empty(device=device)
+    for (first, name), *others in users.values():
+        for module, other in others:
+            setattr(module, other, getattr(first, name))
+    return model
 
 
 def init_weights(model: nn.Module, seed: int) -> None:

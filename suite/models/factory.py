@@ -88,9 +88,20 @@ def count(model: nn.Module) -> int:
 def probe(factory: str, args: dict[str, Any]) -> dict[str, Any]:
     """What the planner needs, from the module built on the meta device: parameters, layers, largest block,
     and a digest of the factory's source file (part of the cell id: edited code is a new cell)."""
+    load(factory)  # imported outside the meta device: the module's own tensors stay real
     with torch.device("meta"):
         model = construct(factory, args)
-    source = inspect.getsourcefile(load(factory))
-    digest = hashlib.sha256(open(source, "rb").read()).hexdigest()[:16] if source else None
     return {"parameters": count(model), "layers": len(model.blocks),
-            "block_parameters": max(count(b) for b in model.blocks), "source_digest": digest}
+            "block_parameters": max(count(b) for b in model.blocks), "source_digest": probe_digest(factory)}
+
+
+def probe_digest(factory: str) -> str | None:
+    """sha256 (16 hex) of the source file that defines the factory function (not of what it imports)."""
+    try:
+        source = inspect.getsourcefile(load(factory))
+    except TypeError:  # a builtin or C function: no source file
+        return None
+    if not source:
+        return None
+    with open(source, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]

@@ -1,14 +1,16 @@
 """Your own model: a Hugging Face config (`family: hf`) or a Python factory (`family: python`).
 
-Pure Python at import (no torch, no transformers): the planner reads these shapes like the presets'.  What a
+Pure Python at import (no torch, no transformers; validating an hf or python model imports them): the planner reads these shapes like the presets'.  What a
 shape needs from the outside world is read once, when the scenario is validated, and kept in the shape, so a
 worker (in a container, on a Ray node) never reads the config file or probes the factory again:
 
-- hf: the config file's JSON, completed by transformers' config class (`contents`).  Standard decoders
-  (ANALYTIC_TYPES: the Llama layout of RMSNorm, rotary attention with grouped-query heads and a SwiGLU MLP)
-  get the analytic planner: layers, hidden, heads, kv heads, ffn and vocab from the config, and a parameter
-  count by formula that a test holds equal to transformers' own.  Any other causal LM is "traced only":
-  its count comes from building it on the meta device, and its memory from `suite plan --trace`.
+- hf: the config file's JSON, completed by transformers' config class (`contents`), and the model built once
+  on the meta device (`probed`: transformers' parameter count, layers, largest block, vocab, attention), so
+  a config transformers cannot build fails validation, not the run.  Standard decoders (ANALYTIC_TYPES: the
+  Llama layout of RMSNorm, rotary attention with grouped-query heads and a SwiGLU MLP) get the analytic
+  planner: layers, hidden, heads, kv heads, ffn and vocab from the config (bounded and checked as the
+  presets' are; a test holds the layout's formula count equal to the built one).  Any other causal LM is
+  "traced only": its memory comes from `suite plan --trace`, and it has no MFU.
 - python: `factory: "package.module:function"` with `args`, called on the meta device to check the contract
   (models/factory.py) and count parameters, layers and the largest block (`probed`).  Always traced only.
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
@@ -52,7 +53,9 @@ def read_config(path: str) -> dict[str, Any]:
         exists, is_file = p.exists(), p.is_file()
         size = p.stat().st_size if is_file else 0
         if is_file and size <= MAX_CONFIG_BYTES:
-            data = p.read_bytes()
+            with p.open("rb") as f:
+                data = f.read(MAX_CONFIG_BYTES + 1)  # a size that lies (/proc) or grows meanwhile: still bounded
+            size = max(size, len(data))
     except OSError as exc:
         raise ValueError(f"config {path!r}: cannot read it: {exc.strerror or exc}") from None
     if not is_file:
@@ -64,13 +67,17 @@ def read_config(path: str) -> dict[str, Any]:
         raise ValueError(f"config {path!r} is {size} bytes; a config.json is a few KiB (at most "
                          f"{MAX_CONFIG_BYTES}): is it a weights file?")
     try:
-        raw = json.loads(data)
+        raw = json.loads(data, parse_constant=_no_constant)  # NaN / Infinity: not JSON, and a cell can't carry them
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"config {path!r} is not JSON: {str(exc)[:200]}") from None
     if not isinstance(raw, dict):
         raise ValueError(f"config {path!r} holds a JSON {type(raw).__name__}, not an object")
     _refuse_weights(path, raw)
     return complete(path, raw)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _refuse_weights(path: str, raw: dict[str, Any]) -> None:
@@ -107,13 +114,24 @@ def complete(path: str, raw: dict[str, Any]) -> dict[str, Any]:
     body = {k: v for k, v in raw.items() if k != "model_type"}
     try:
         config = CONFIG_MAPPING[kind](**body)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise ValueError(f"config {path!r}: transformers refuses it: {str(exc)[:300]}") from None
+    except Exception as exc:  # transformers' (and huggingface_hub's) validation errors: the user's input, one line
+        raise ValueError(f"config {path!r}: transformers refuses it: {_line(exc)}") from None
     full = config.to_dict()
-    # not what the model computes: the version that wrote it, a dtype (suite's precision decides)
-    for key in ("transformers_version", "_name_or_path", "dtype", "torch_dtype", "use_cache"):
+    for key in NOT_THE_MODEL:
         full.pop(key, None)
     return json.loads(json.dumps(full, sort_keys=True))  # plain JSON values, as a worker will read them
+
+
+# Config keys that change nothing the model computes in training (so not the cell id either): the version
+# that wrote the file, a dtype (suite's precision decides), inference and output switches, label names.
+NOT_THE_MODEL = ("transformers_version", "_name_or_path", "dtype", "torch_dtype", "use_cache", "architectures",
+                 "id2label", "label2id", "return_dict", "output_hidden_states", "output_attentions")
+MAX_HF_LAYERS = 1024  # a meta build visits every layer; the deepest published decoders have ~130
+
+
+def _line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}"
 
 
 def _first(c: dict[str, Any], *keys: str) -> Any:
@@ -128,12 +146,20 @@ class HfShape(_Shape):
                         "data.path). Read once, when the scenario is validated; never the hub.")
     contents: dict[str, Any] | None = Field(None, description="The config as transformers completes it (filled in "
                                             "by suite when the scenario is read; omit it).")
+    probed: dict[str, Any] | None = Field(None, description="What the model built on the meta device holds: "
+                                          "parameters (transformers' count), layers, largest block, vocab, "
+                                          "attention (filled in by suite; omit it).")
 
     @model_validator(mode="before")
     @classmethod
     def _read(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("contents") is None and isinstance(data.get("config"), str):
-            data = {**data, "contents": read_config(data["config"])}
+        if isinstance(data, dict) and isinstance(data.get("config"), str):
+            if data.get("contents") is None:
+                data = {**data, "contents": read_config(data["config"])}
+            if data.get("probed") is None:
+                from suite.models.hf import probe_hf  # torch and transformers: only for hf models
+
+                data = {**data, "probed": probe_hf(data["config"], data["contents"])}
         return data
 
     @property
@@ -150,10 +176,10 @@ class HfShape(_Shape):
 
     inputs: ClassVar[str] = "tokens"
     # the dimensions under the names the configs use (GPT-2's n_layer, T5's d_model, ...)
-    layers = property(lambda self: _first(self.c, "num_hidden_layers", "n_layer", "num_layers"))
+    layers = property(lambda self: (self.probed or {}).get("layers") or _first(self.c, *LAYER_KEYS))
     hidden = property(lambda self: _first(self.c, "hidden_size", "n_embd", "d_model"))
     heads = property(lambda self: _first(self.c, "num_attention_heads", "n_head"))
-    vocab = property(lambda self: self.c.get("vocab_size"))
+    vocab = property(lambda self: (self.probed or {}).get("vocab") or self.c.get("vocab_size"))
     ffn = property(lambda self: _first(self.c, "intermediate_size", "n_inner"))
     max_positions = property(lambda self: _first(self.c, "max_position_embeddings", "n_positions"))
 
@@ -166,9 +192,19 @@ class HfShape(_Shape):
         return self.c.get("head_dim") or self.hidden // self.heads
 
     def block_parameters(self) -> int:
-        """One decoder layer's parameters (what FSDP all-gathers as one unit)."""
-        if not self.analytic:
-            return _meta_counts(self.blob)[1]
+        """The largest decoder layer's parameters (what FSDP all-gathers as one unit), as built."""
+        return self.probed["block_parameters"]
+
+    def num_parameters(self) -> int:
+        """transformers' own count of the built model (tied embeddings once)."""
+        return self.probed["parameters"]
+
+    def largest_layer_parameters(self) -> int:
+        return self.vocab * (self.hidden or 1)
+
+    def formula_parameters(self) -> tuple[int, int]:
+        """(model, block) parameters by the Llama-layout formula (analytic types; a test holds them equal to
+        the built model's)."""
         h, f, d = self.hidden, self.ffn, self.head_dim
         q, kv = self.heads * d, self.kv_heads * d
         qkv_bias = self.model_type == "qwen2" or self.c.get("attention_bias", False)
@@ -176,33 +212,11 @@ class HfShape(_Shape):
         n += (q + 2 * kv) if qkv_bias else 0
         n += h if self.c.get("attention_bias", False) else 0  # o_proj's bias (llama's flag)
         n += (2 * f + h) if self.c.get("mlp_bias", False) else 0
-        return n
-
-    def num_parameters(self) -> int:
-        if not self.analytic:
-            return _meta_counts(self.blob)[0]
-        head = 0 if self.c.get("tie_word_embeddings", False) else self.vocab * self.hidden
-        return self.vocab * self.hidden + head + self.layers * self.block_parameters() + self.hidden
-
-    def largest_layer_parameters(self) -> int:
-        return self.vocab * self.hidden
-
-    @property
-    def blob(self) -> str:
-        return json.dumps(self.contents, sort_keys=True)
+        head = 0 if self.c.get("tie_word_embeddings", False) else self.vocab * h
+        return self.vocab * h + head + self.layers * n + h, n
 
 
-@lru_cache(maxsize=64)
-def _meta_counts(blob: str) -> tuple[int, int]:
-    """(parameters, largest block's parameters) of the model built on the meta device: transformers' count."""
-    import torch
-
-    from suite.models.hf import build_hf, find_blocks
-
-    with torch.device("meta"):
-        model = build_hf(json.loads(blob))
-    blocks = find_blocks(model, json.loads(blob))
-    return model.num_parameters(), max(sum(p.numel() for p in b.parameters()) for b in blocks)
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
 
 
 class PythonShape(_Shape):

@@ -10,7 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from suite.data import build_data
-from suite.models.build import build_model
+from suite.models.build import build_model, materialize
 from suite.strategies.wrap import parallelize
 from suite.worker.loop import Trainer
 from suite.worker.measure import track_peaks
@@ -54,7 +54,7 @@ def run_traced(cell, steps: int, phase: list[str]) -> dict[str, Any]:
     # which fake tensors do not have), then fake `cpu` tensors in its place; their values are never read.
     with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.device("meta"):
         model = build_model(cell.model, cell.seed)
-    model.to_empty(device=device)
+    materialize(model, device)  # to_empty, tied parameters kept tied
     phase.append(f"applying checkpointing and strategy {cell.strategy}")
     par = parallelize(model, cell, device)
     trainer = Trainer(par, cell, device)

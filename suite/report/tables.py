@@ -119,7 +119,7 @@ def states_bytes(r: CellResult) -> tuple[float | None, float | None]:
     measured, predicted = memory_parts(r)
     keys = [k for k in STATES if measured.get(k) is not None]
     if not keys:
-        return None, sum(predicted.get(k, 0.0) for k in STATES) if predicted else None
+        return None, sum(predicted[k] for k in STATES) if all(k in predicted for k in STATES) else None
     # a traced-only model (your own) has no predicted states: no ratio, not a prediction of 0
     return sum(measured[k] for k in keys), sum(predicted[k] for k in keys) if all(k in predicted for k in keys) \
         else None

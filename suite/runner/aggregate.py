@@ -53,12 +53,16 @@ def throughput(record: RankRecord, times: Sequence[float]) -> Throughput | None:
                       samples_per_s=record.samples_per_step / mean)
 
 
-def mfu(tp: Throughput | None, flops_per_token: float, device_name: str | None, precision: str) -> Mfu:
+def mfu(tp: Throughput | None, flops_per_token: float, device_name: str | None, precision: str,
+        traced_only: str | None = None) -> Mfu:
+    """`traced_only`: why the planner has no shape for the model (your own): suite does not count its FLOPs
+    (6 x params would overstate a mixture of experts and understate an image model), so no MFU."""
     peak = peak_flops(device_name, precision)
     value = None
-    if peak and tp is not None:
+    if peak and tp is not None and not traced_only:
         value = flops_per_token * tp.tokens_per_s_per_device / peak
-    return Mfu(value=value, formula=MFU_FORMULA, flops_per_token=flops_per_token, peak_flops=peak,
+    formula = MFU_FORMULA if not traced_only else f"no MFU: the model's FLOPs are not counted ({traced_only})"
+    return Mfu(value=value, formula=formula, flops_per_token=flops_per_token, peak_flops=peak,
                peak_source=PEAK_SOURCE if peak else None, precision=precision)
 
 
@@ -125,7 +129,7 @@ def aggregate(records: list[RankRecord], prediction: dict[str, Any], precision: 
         "throughput": tp,
         # A CPU has no tabulated peak: never look one up by its model name.
         "mfu": mfu(tp, prediction["flops_per_token"], None if r0.device.startswith("cpu") else r0.device_name,
-                   precision),
+                   precision, prediction.get("analytic")),
         "memory": memory(r0, prediction["memory_bytes"] or {}, (prediction.get("traced") or {}).get("peak")),
         "overhead_s": overhead(launch_start, launch_end, setup_done_t, r0),
     }

@@ -71,6 +71,20 @@ def tiny_classifier(image_size: int = 8, num_classes: int = 4, hidden: int = 32,
     return TinyClassifier(image_size, num_classes, hidden, layers)
 
 
+def tied_lm(vocab: int = 256, hidden: int = 32) -> nn.Module:
+    """Embedding and head share one matrix (as GPT-2's and many small models' do)."""
+    model = TinyLM(vocab, hidden, 1, 4)
+    model.head.weight = model.embed.weight
+    return model
+
+
+SCALE = torch.ones(2)  # a module-level tensor: must stay a real tensor however the factory is probed
+
+
+def scaled_lm() -> nn.Module:
+    return TinyLM(int(SCALE.sum()) * 8, 16, 1, 2)
+
+
 # --- contract breakers ---------------------------------------------------------------------------------------
 def no_blocks() -> nn.Module:
     return nn.Linear(4, 4)

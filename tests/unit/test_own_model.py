@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from suite.cells import expand
-from suite.models.build import build_model
+from suite.models.build import build_model, materialize
 from suite.models.own import HfShape, PythonShape, read_config
 from suite.plan import predict
 from suite.scenario import Scenario, ScenarioError
@@ -59,7 +59,8 @@ def test_analytic_count_is_transformers_count(name, tmp_path):
         model = build_model(shape, 0)
     assert shape.num_parameters() == model.hf.num_parameters() == sum(p.numel() for p in model.parameters())
     assert shape.block_parameters() == sum(p.numel() for p in model.blocks[0].parameters())
-    assert len(model.blocks) == shape.layers == 2
+    assert shape.formula_parameters() == (shape.num_parameters(), shape.block_parameters())  # the planner's layout
+    assert len(model.blocks) == shape.layers == 2 and shape.probed["attention"] == "sdpa"
 
 
 @pytest.mark.parametrize("path", [LLAMA, QWEN2])
@@ -86,9 +87,18 @@ def test_tied_head_stays_tied_through_a_meta_build():
     assert shape.contents["tie_word_embeddings"] is True
     with torch.device("meta"):
         model = build_model(shape, 0)
-    model.to_empty(device="cpu")
+    materialize(model, "cpu")
     assert model.hf.lm_head.weight is model.hf.model.embed_tokens.weight
     assert sum(p.numel() for p in model.parameters()) == shape.num_parameters()
+
+
+def test_a_tied_factory_model_stays_tied_in_the_trace():
+    from suite.plan.trace import trace_cell
+
+    cell = make_cell(model={"family": "python", "factory": f"{FACTORY}:tied_lm", "inputs": "tokens", "vocab": 256})
+    n = cell.model.num_parameters()
+    assert n == sum(p.numel() for p in build_model(cell.model, 0).parameters())
+    assert trace_cell(cell).counted["parameters"] == 4 * n  # ddp fp32: every parameter once
 
 
 def test_a_non_llama_architecture_is_traced_only(tmp_path):
@@ -138,6 +148,15 @@ BAD_CONFIGS = {
     "unknown-architecture": ({"model_type": "my-secret-llm"}, "'my-secret-llm' is not an architecture of "
                                                                "transformers"),
     "not-a-causal-lm": ({"model_type": "vit"}, "has no causal-LM class"),
+    "nan": ('{"model_type": "llama", "rms_norm_eps": NaN}', "NaN is not a JSON number"),
+    "a-string-width": ({"model_type": "llama", "hidden_size": "abc"}, "transformers refuses it"),
+    "zero-heads": ({"model_type": "llama", "num_attention_heads": 0}, "transformers refuses it"),
+    "fractional-layers": ({"model_type": "llama", "num_hidden_layers": 2.5}, "transformers refuses it"),
+    "negative-layers": ({"model_type": "gpt2", "n_layer": -1}, "-1 layers; suite builds 1 to 1024"),
+    "grouped-heads": ({"model_type": "llama", "num_attention_heads": 4, "num_key_value_heads": 3,
+                       "hidden_size": 32}, "num_attention_heads 4 is not divisible by num_key_value_heads 3"),
+    "no-layers": ({"model_type": "gpt2", "n_layer": 0}, "0 layers; suite builds 1 to 1024"),
+    "one-token-vocab": ({"model_type": "llama", "vocab_size": 1}, "a vocabulary of 1 token(s)"),
 }
 
 
@@ -159,6 +178,59 @@ def test_bad_configs_fail_validation_with_one_clear_error(name, tmp_path):
     assert message in text and "s.yaml:2" in text and str(path) in text, text
 
 
+def test_an_architecture_without_sdpa_runs_with_eager_attention(tmp_path):
+    config = _write(tmp_path, "mpt.json", dict(model_type="mpt", n_layers=2, d_model=32, n_heads=4, vocab_size=256,
+                                                max_seq_len=64))
+    cell = make_cell(model={"family": "hf", "config": config})
+    assert cell.model.probed["attention"] == "eager" and cell.model.layers == 2
+    model = build_model(cell.model, 0)
+    assert model(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtype=torch.long)).ndim == 0
+
+
+def test_two_models_under_one_label_are_refused(tmp_path):
+    """A model's folder names it (.../a/config.json -> hf-a); two different configs both named x.json would be
+    one value of the model axis (a gate would compare one with the other's reference): refused."""
+    for d in ("a", "c"):
+        (tmp_path / d).mkdir()
+    a = _write(tmp_path, "a/config.json", ANALYTIC["llama"])
+    assert make_cell(model={"family": "hf", "config": a}).axes()["model"] == "hf-a"
+    x1, x2 = _write(tmp_path, "x.json", ANALYTIC["qwen2"]), _write(tmp_path, "c/x.json", ANALYTIC["llama"])
+    with pytest.raises(ScenarioError, match="both labelled hf-x"):
+        expand(Scenario(name="t", seq_len=16, model=[{"family": "hf", "config": x1}, {"family": "hf", "config": x2}]))
+
+
+def test_factory_args_are_part_of_the_label():
+    small, big = ({"family": "python", "factory": f"{FACTORY}:tiny_lm", "args": {"hidden": h}, "inputs": "tokens",
+                   "vocab": 256} for h in (16, 32))
+    labels = {c.axes()["model"] for c in expand(Scenario(name="t", model=[small, big], seq_len=16))}
+    assert labels == {"py-tiny_lm[hidden=16]", "py-tiny_lm[hidden=32]"}
+
+
+def test_a_factory_module_is_imported_outside_the_meta_device():
+    sys.modules.pop(FACTORY, None)
+    shape = PythonShape(family="python", factory=f"{FACTORY}:scaled_lm", inputs="tokens", vocab=256)
+    assert sys.modules[FACTORY].SCALE.device.type == "cpu"
+    assert shape.num_parameters() == sum(p.numel() for p in build_model(shape, 0).parameters())
+
+
+def test_a_rank_refuses_another_version_of_the_model():
+    shape = PythonShape(family="python", factory=f"{FACTORY}:tiny_lm", inputs="tokens", vocab=256)
+    with pytest.raises(RuntimeError, match="validated with 7"):
+        build_model(shape.model_copy(update={"probed": {**shape.probed, "parameters": 7}}), 0)
+    with pytest.raises(RuntimeError, match="not the one the scenario was validated with"):
+        build_model(shape.model_copy(update={"probed": {**shape.probed, "source_digest": "0" * 16}}), 0)
+
+
+def test_traced_only_models_have_no_mfu():
+    from suite.runner.aggregate import mfu
+    from suite.results.schema import Throughput
+
+    tp = Throughput(tokens_per_s=1e6, tokens_per_s_per_device=1e6, samples_per_s=1e3)
+    assert mfu(tp, 1e9, "NVIDIA H200", "bf16-mixed").value is not None
+    m = mfu(tp, 1e9, "NVIDIA H200", "bf16-mixed", "traced only: x")
+    assert m.value is None and "no MFU" in m.formula
+
+
 def test_a_hub_id_is_refused_as_such():
     with pytest.raises(ValueError, match="looks like a hub id: suite never downloads"):
         read_config("meta-llama/Llama-3.1-8B")
@@ -178,7 +250,7 @@ def test_python_factory_is_probed_on_meta():
     assert shape.layers == 2 and shape.block_parameters() == sum(p.numel() for p in model.blocks[0].parameters())
     assert len(shape.probed["source_digest"]) == 16
     cell = make_cell(model=shape.model_dump(exclude={"probed"}))
-    assert cell.axes()["model"] == "py-tiny_lm"
+    assert cell.axes()["model"] == "py-tiny_lm[hidden=16]"
     p = predict(cell)
     assert p.memory_bytes is None and "your own module" in p.analytic
     assert p.flops_per_token == 6 * shape.num_parameters()  # width unknown: the 6 Psi floor

@@ -15,7 +15,9 @@ from suite import __version__
 # An uncaught exception is a bug in suite, never a verdict: Python and click would exit 1, which is also
 # `run`'s "a cell failed" and `compare`'s "regression", so CI would read a crash as a finding.  It exits
 # EXIT_INTERNAL (70, BSD's EX_SOFTWARE) with its traceback instead, in-process (CliRunner) as from the shell.
-_PASS_THROUGH = (typer.Exit, typer.Abort, typer.TyperException, EOFError)  # typer's own ends (usage errors: 2)
+# typer's own ends (usage errors: 2). Not EOFError: suite never prompts, so one is a truncated file read by
+# suite (typer would turn it into "Aborted.", exit 1).
+_PASS_THROUGH = (typer.Exit, typer.Abort, typer.TyperException)
 
 
 def _crash(exc: Exception) -> typer.Exit:
@@ -44,8 +46,8 @@ class _Group(TyperGroup):
         except _PASS_THROUGH:
             raise
         except OSError as exc:
-            if exc.errno == errno.EPIPE:  # stdout closed early (`suite ... | head`): typer's own quiet exit
-                raise
+            if exc.errno == errno.EPIPE:  # stdout closed early (`suite ... | head`): nothing is wrong, but click
+                raise typer.Exit(141) from None  # would exit 1 (a "regression"); 128 + SIGPIPE, as a shell reports it
             raise _crash(exc) from None
         except Exception as exc:
             raise _crash(exc) from None

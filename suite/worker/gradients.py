@@ -52,7 +52,9 @@ def _is_dtensor(t: torch.Tensor) -> bool:
     return hasattr(t, "device_mesh") and hasattr(t, "placements")
 
 
-PIECE = 1 << 24  # elements cast to float64 at a time: at most 128 MiB of extra memory
+PIECE = 1 << 24  # elements of a plain gradient cast to float64 at a time: at most 128 MiB of extra memory
+# (a DTensor gradient's local shard is cast whole: a transient float64 copy of the largest shard, on the
+# device where the shard lives, after the timed step; on CPU offload that is host memory)
 
 
 def _sum_of_squares(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -69,7 +71,7 @@ def _sum_of_squares(tensors: list[torch.Tensor], device: torch.device) -> torch.
 def global_norm(grads: list[torch.Tensor], partitioned: bool, device: torch.device) -> float:
     """The L2 norm of the whole gradient over every rank (see the module docstring); every rank must call it,
     with the same structure of tensors (it may all-reduce)."""
-    from torch.distributed.tensor import Replicate  # DTensors exist only where torch.distributed does
+    from torch.distributed.tensor import DTensor, Replicate  # DTensors exist only where torch.distributed does
 
     plain: list[torch.Tensor] = []
     groups: dict[tuple, list[torch.Tensor]] = {}
@@ -85,8 +87,15 @@ def global_norm(grads: list[torch.Tensor], partitioned: bool, device: torch.devi
         dist.all_reduce(total)
     for group in groups.values():
         norms = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float64) for g in group])
-        total += torch.linalg.vector_norm(norms).full_tensor().to(device).square()
-    return math.sqrt(total.item())
+        norm = torch.linalg.vector_norm(norms)
+        # reduced on the compute device: an offloaded (CPU) shard's norm would otherwise be all-reduced on the
+        # CPU, which an NCCL-only process group cannot do
+        norm = DTensor.from_local(norm.to_local().to(device), norm.device_mesh, norm.placements, run_check=False)
+        total += norm.full_tensor().square()
+    value = total.item()
+    # a non-finite gradient (fp16's GradScaler skips that step) is inf, whether inf or NaN arose: the gate lets
+    # equal infinities agree, and NaN would never equal NaN on the two sides
+    return math.sqrt(value) if math.isfinite(value) else math.inf
 
 
 @torch.no_grad()

@@ -55,7 +55,7 @@ def test_faults_get_their_status_and_the_run_goes_on(tmp_path):
     assert "raise at step 2" in got[bad_raise.id]["error"]
     hung = got[bad_hang.id]
     assert hung["error"].startswith("timeout: killed after 240 s")
-    assert hung["extra"]["wall_s"] >= 240  # stopped at its timeout, not before
+    assert 240 <= hung["extra"]["wall_s"] < 240 + 180  # at its timeout: not before, and not much after (a hang guard)
     assert hung["extra"]["sigkill_needed"] is False  # SIGTERM alone stopped torchrun and its ranks (not a clock)
     killed = set(hung["extra"]["killed_pids"])
     assert len(killed) >= 3 and not (killed & set(run.alive()))  # torchrun + 2 ranks, all gone

@@ -104,3 +104,29 @@ main()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == EXIT_INTERNAL, (out.returncode, out.stdout, out.stderr)
     assert "ZeroDivisionError: planted" in out.stderr and "internal error" in out.stderr
+
+
+def test_an_eof_error_is_a_crash_not_an_abort(cli, run_dir, monkeypatch):
+    """suite never prompts: an EOFError is a truncated file read by suite (typer's Abort would exit 1)."""
+    import suite.report.compare_out as compare_out
+
+    def truncated(*args, **kwargs):
+        raise EOFError("Ran out of input")
+
+    monkeypatch.setattr(compare_out, "print_terminal", truncated)
+    result = cli("compare", run_dir, run_dir, crash_ok=True)
+    assert result.exit_code == EXIT_INTERNAL and "EOFError: Ran out of input" in result.stderr
+
+
+def test_a_closed_pipe_is_not_a_regression(cli, run_dir, monkeypatch):
+    """`suite compare A B | head` under pipefail: 141 (128 + SIGPIPE), never compare's 1."""
+    import errno
+
+    import suite.report.compare_out as compare_out
+
+    def closed(*args, **kwargs):
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setattr(compare_out, "print_terminal", closed)
+    result = cli("compare", run_dir, run_dir)
+    assert result.exit_code == 141 and "Traceback" not in result.stderr

@@ -189,3 +189,14 @@ def test_gradient_tolerance_by_precision():
     assert m.grad_tolerance("fp32", "bf16-mixed") == GRAD_RTOL["bf16-mixed"]  # the looser of the two
     given = MatchGate.model_validate({"strategy": "ddp", "rtol": 1e-3, "grad_rtol": 1e-3, "grad_atol": 1e-6})
     assert (given.axis, given.grad_tolerance("fp32"), given.grad_atol) == ("strategy", 1e-3, 1e-6)
+
+
+def test_a_non_finite_gradient_norm_is_inf_so_skipped_fp16_steps_agree():
+    """fp16's GradScaler skips a step whose gradients overflowed; inf - inf in backward makes them NaN, which
+    would never equal NaN on the other side: the recorded norm is inf."""
+    import torch
+
+    from suite.worker.gradients import global_norm
+
+    assert global_norm([torch.tensor([float("nan"), 1.0])], False, torch.device("cpu")) == float("inf")
+    assert global_norm([torch.tensor([3.0, 4.0])], False, torch.device("cpu")) == 5.0

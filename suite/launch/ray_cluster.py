@@ -18,7 +18,8 @@ Settings every private cluster needs on Ray 2.60 (see ../shared/environment.md):
   node does not join a head without it);
 - no dashboard (--include-dashboard=false) and no usage reporting (RAY_USAGE_STATS_ENABLED=0): closed
   networks, and nothing leaves the machine;
-- a short temp dir (Ray's Unix socket paths must stay under ~107 characters).
+- a short temp dir (Ray's Unix socket paths must stay under ~107 characters);
+- no drain on SIGTERM (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0): stopping took 31 s instead of 1.5 s.
 Do not set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: on Linux that *disables* multi-node clusters.
 """
 
@@ -41,6 +42,9 @@ from suite.launch import lifeline
 from suite.launch.supervise import alive, stop_gracefully
 
 PRIVATE_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+# A node that gets SIGTERM first asks to be drained and waits up to this long for its leases to end (30 s by
+# default); a private cluster's head holds Ray Train's detached helper actors, so it always waited it out.
+NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 STOP_GRACE_S = 30.0
 
 
@@ -104,7 +108,7 @@ class LocalCluster:
         if nodes < 1:
             raise ValueError(f"nodes must be >= 1, got {nodes}")
         self.nodes, self.cpus, self.gpus = nodes, cpus_per_node, gpus_per_node
-        self.env = {**os.environ, **PRIVATE_ENV, **(env or {})}
+        self.env = {**os.environ, **PRIVATE_ENV, **NODE_ENV, **(env or {})}
         self._own_temp = temp_dir is None
         self.temp_dir = temp_dir or tempfile.mkdtemp(prefix="suite-ray-", dir="/tmp")
         self.start_timeout_s = start_timeout_s

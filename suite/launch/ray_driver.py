@@ -1,24 +1,33 @@
-"""One cell's Ray driver: `python -m suite.launch.ray_driver CELL_JSON WORKDIR WORKER_MODULE` (RAY_ADDRESS set).
+"""The run's Ray driver: `python -m suite.launch.ray_driver --serve LOG READY` (RAY_ADDRESS set), one per run.
 
-    connect (ray.init to the run's cluster) -> place (pick `nodes` nodes) -> TorchTrainer.fit()
-    -> restore the best checkpoint into a fresh model -> WORKDIR/ray_driver.json; exit 0 ok, 1 failed
+    connect once (ray.init to the run's cluster), then for every job line on stdin
+    {"cell": CELL_JSON, "workdir": WORKDIR, "worker_module": M, "env": {...}}:
+        place (pick `nodes` nodes) -> TorchTrainer.fit() -> restore the best checkpoint into a fresh model
+        -> WORKDIR/ray_driver.json (its facts and "exit_code": 0 ok, 1 failed), written last and atomically
+    end of stdin: disconnect, exit 0.   (`python -m suite.launch.ray_driver CELL_JSON WORKDIR WORKER_MODULE`
+    runs one job and exits with its code.)
 
-A process per cell (started by suite/launch/ray.py) rather than a thread of the runner: stopping a cell on its
-timeout or on Ctrl-C is then "kill the driver", and Ray itself kills a dead driver's job - the Train
-controller and every worker actor - while the cluster stays up for the next cell.
+Why one process for the run's cells rather than one per cell: importing Ray, torch and suite and connecting
+cost 4-6 s on the 2-core test machine, paid once now (suite/launch/ray.py starts it with the cluster).  While
+a job runs, the driver's stdout and stderr (Ray's worker output included) go to the cell's launcher.log.
+Stopping a cell on its timeout or on Ctrl-C is still "kill the driver": Ray itself kills a dead driver's job
+- the Train controller and every worker actor - while the cluster stays up, and the next cell gets a new
+driver.  The driver dies with the runner (parent-death signal) when the runner is killed hard.
 
 Placement (`placement_strategy: auto`): `nodes` alive nodes that each hold gpus/nodes workers'
 resources are chosen, and worker i gets a label selector pinning it to node i // (gpus/nodes)
 (`ray.io/node-id`, a label every Ray node has).  That spreads exactly as the cell says; Ray's own strategies
 (PACK, SPREAD, STRICT_SPREAD, STRICT_PACK) are used as given otherwise.
 
-What comes back and how (Train V2's `result.metrics` is not where suite's numbers live):
-- the Reporter callback runs in the Train controller, which Ray pins to this driver's node, and writes
-  WORKDIR/ray_events.jsonl (group starts with each rank's node and pid, checkpoints, worker failures) and each
-  rank's final RankRecord (reported through ray.train.report) as WORKDIR/rank<R>.json, with `restarts`
-  (and its node_id: the runner checks placement from the records);
-- ray_driver.json: timings (connect, wait for nodes, worker-group setup, teardown), placement, the kept
-  checkpoints with their metrics, the restored best one, and the error if fit failed.
+What comes back and how (Train V2's `result.metrics` is not where suite's numbers live): the ranks' records
+and the group's starts as files in WORKDIR (suite/launch/ray_report.py: written by the ranks themselves where
+they see WORKDIR, else reported and written by the Reporter callback in the Train controller), checkpoints
+and worker failures through the Reporter; ray_driver.json: the phases (connect, wait for nodes, worker-group
+start, shutdown), placement, the kept checkpoints with their metrics, the restored best one, the error if fit
+failed.
+
+Ray Train's controller polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s by default); a group's
+end is only noticed at the next poll, so the driver sets it to HEALTH_CHECK_S unless the user set it.
 """
 
 from __future__ import annotations
@@ -39,12 +48,12 @@ if __name__ == "__main__":  # before Ray's seconds of importing: a runner killed
     die_with_parent(signal.SIGKILL, PARENT_ENV)  # Ray then ends the dead driver's job (its actors)
 
 import ray  # noqa: E402
-from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, UserCallback  # noqa: E402
+from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig  # noqa: E402
 from ray.train.torch import TorchConfig, TorchTrainer  # noqa: E402
 
 from suite.cells import Cell  # noqa: E402
 from suite.device import resolve_device as device_kind  # noqa: E402
-from suite.results.schema import RankRecord  # noqa: E402
+from suite.launch import ray_report  # noqa: E402
 from suite.worker import ray_checkpoint, ray_entry  # noqa: E402
 
 NODE_WAIT_S = 90.0  # nodes may still be joining a freshly started cluster
@@ -52,70 +61,9 @@ NODE_ID_LABEL = "ray.io/node-id"
 # Passed to the worker actors through the training function's config (actors inherit the raylet's environment,
 # not the driver's); not through a runtime_env, which would make Ray start fresh worker processes for it.
 WORKER_ENV = ("PYTHONPATH", "SUITE_FAULT", "SUITE_PLUGINS")  # SUITE_PLUGINS: strategies registered outside suite
-
-
-def _append(file: Path, **event) -> None:
-    with open(file, "a", encoding="utf-8") as f:
-        f.write(json.dumps({**event, "t": time.time()}) + "\n")
-
-
-def _write_record(workdir: Path, record: RankRecord) -> None:
-    tmp = workdir / f".rank{record.rank}.json.ray-tmp"
-    tmp.write_text(record.model_dump_json(indent=1), encoding="utf-8")
-    os.replace(tmp, workdir / f"rank{record.rank}.json")
-
-
-class Reporter(UserCallback):
-    """Runs in the Train controller (on the driver's node): turns ray.train.report calls into suite's files."""
-
-    def __init__(self, workdir: str):
-        self.workdir = workdir
-        self.starts = 0
-        self.failures_seen: set[tuple[int, int]] = set()
-
-    def _with_restarts(self, record: RankRecord) -> RankRecord:
-        """The record with how many times the group restarted before it: the typed `restarts` field, and
-        the same number in extra["restarts"], where records before that field carried it (older readers)."""
-        restarts = max(0, self.starts - 1)
-        return record.model_copy(update={"restarts": restarts, "extra": {**record.extra, "restarts": restarts}})
-
-    def after_report(self, run_context, metrics, checkpoint) -> None:
-        workdir, event = Path(self.workdir), metrics[0].get("suite_event")
-        if event == ray_entry.START:
-            self.starts += 1
-            ranks = [{k: m.get(k) for k in ("node_id", "node_ip", "hostname", "pid", "t")} | {"rank": i}
-                     for i, m in enumerate(metrics)]
-            _append(workdir / "ray_events.jsonl", event="group_start", attempt=self.starts - 1, ranks=ranks)
-        elif event == ray_entry.CHECKPOINT:
-            _append(workdir / "ray_events.jsonl", event="checkpoint", attempt=self.starts - 1,
-                    step=metrics[0]["step"], loss=metrics[0]["loss"], path=checkpoint.path if checkpoint else None)
-        elif event == ray_entry.DONE:
-            for m in metrics:
-                _write_record(workdir, self._with_restarts(RankRecord.model_validate_json(m["record"])))
-            _append(workdir / "ray_events.jsonl", event="done", attempt=self.starts - 1)
-
-    def after_exception(self, run_context, worker_exceptions) -> None:
-        workdir = Path(self.workdir)
-        for rank, exc in worker_exceptions.items():
-            if (self.starts, rank) in self.failures_seen:
-                continue  # the controller may poll the same failure more than once
-            self.failures_seen.add((self.starts, rank))
-            failed = _find_rank_failed(exc)
-            if failed is not None:
-                _write_record(workdir, self._with_restarts(RankRecord.model_validate_json(failed.record_json)))
-            _append(workdir / "ray_events.jsonl", event="worker_failure", attempt=self.starts - 1, rank=rank,
-                    error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1:] or ''}"[:500])
-
-
-def _find_rank_failed(exc: BaseException | None) -> ray_entry.RankFailed | None:
-    """The RankFailed inside whatever Ray wrapped it in (cause chain, RayTaskError.cause)."""
-    seen = 0
-    while exc is not None and seen < 10:
-        if isinstance(exc, ray_entry.RankFailed):
-            return exc
-        exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
-        seen += 1
-    return None
+HEALTH_CHECK_S = "0.25"  # Ray Train's controller poll interval (default 2 s): see the module docstring
+REPORT_RECORDS = "SUITE_RAY_REPORT_RECORDS"  # "1": records through ray.train.report even on a shared disk (tests)
+RESULT = "ray_driver.json"
 
 
 def resolve_device(cell: Cell) -> str:
@@ -183,16 +131,28 @@ def restore_best(cell: Cell, checkpoint: Checkpoint) -> dict:
     return out
 
 
-def main(cell_json: str, workdir_arg: str, worker_module: str) -> int:
-    t_imported = time.time()
+def connect() -> float:
+    """ray.init to RAY_ADDRESS, once per driver process; seconds it took (0 when connected already)."""
+    if ray.is_initialized():
+        return 0.0
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", HEALTH_CHECK_S)  # read by TorchTrainer: propagated
+    t0 = time.time()
+    ray.init(address=os.environ.get("RAY_ADDRESS"), logging_level="WARNING", log_to_driver=True)
+    return time.time() - t0
+
+
+def run_job(cell_json: str, workdir_arg: str, worker_module: str, env: dict[str, str] | None = None,
+            driver: dict | None = None) -> int:
+    """One cell's fit; writes WORKDIR/ray_driver.json last.  `env`: the job's additions to the environment the
+    ranks see (WORKER_ENV keys); `driver`: facts about this driver process for the result."""
+    t_job = time.time()
     workdir = Path(workdir_arg).resolve()
     cell = Cell.model_validate_json(Path(cell_json).read_text(encoding="utf-8"))
     settings = cell.ray
-    facts: dict = {"address": os.environ.get("RAY_ADDRESS"), "driver_import_s": t_imported - T_PROCESS}
-    out = workdir / "ray_driver.json"
+    facts: dict = {"address": os.environ.get("RAY_ADDRESS"), **(driver or {})}
+    out = workdir / RESULT
     try:
-        ray.init(address=os.environ.get("RAY_ADDRESS"), logging_level="WARNING", log_to_driver=True)
-        facts["connect_s"] = time.time() - t_imported
+        facts["connect_s"] = connect()
         device = resolve_device(cell)
         use_gpu = device == "cuda"
         per_worker = dict(settings.resources_per_worker) if settings and settings.resources_per_worker else (
@@ -202,7 +162,8 @@ def main(cell_json: str, workdir_arg: str, worker_module: str) -> int:
         facts.update(device=device, wait_nodes_s=time.time() - t0, resources_per_worker=per_worker,
                      placement={"requested": settings.placement_strategy if settings else "auto",
                                 "ray_strategy": strategy, "nodes": chosen})
-        env = {k: os.environ[k] for k in WORKER_ENV if k in os.environ}
+        merged = {**os.environ, **(env or {})}
+        env = {k: merged[k] for k in WORKER_ENV if k in merged}
         every = settings.checkpoint_every_steps if settings else None
         if every:
             ray_checkpoint.check_supported(cell.strategy, cell.tensor_parallel)
@@ -211,12 +172,13 @@ def main(cell_json: str, workdir_arg: str, worker_module: str) -> int:
             ray_entry.train_func,
             train_loop_config={"cell": cell.model_copy(update={"device": device}).model_dump_json(),
                                "workdir": str(workdir), "worker_module": worker_module,
-                               "checkpoint_every_steps": every, "cwd": os.getcwd(), "env": env},
+                               "checkpoint_every_steps": every, "cwd": os.getcwd(), "env": env,
+                               "report_records": merged.get(REPORT_RECORDS) == "1"},
             scaling_config=ScalingConfig(num_workers=cell.gpus, use_gpu=use_gpu, resources_per_worker=per_worker,
                                          placement_strategy=strategy, label_selector=selectors),
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo", timeout_s=cell.timeout_s),
             run_config=RunConfig(
-                name=f"{cell.id}-{workdir.name}", storage_path=str(storage), callbacks=[Reporter(str(workdir))],
+                name=f"{cell.id}-{workdir.name}", storage_path=str(storage), callbacks=[ray_report.Reporter(str(workdir))],
                 checkpoint_config=CheckpointConfig(
                     num_to_keep=settings.num_to_keep if settings else None,
                     checkpoint_score_attribute=settings.checkpoint_score_attribute if settings else None,
@@ -239,39 +201,52 @@ def main(cell_json: str, workdir_arg: str, worker_module: str) -> int:
         facts["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-4000:]
         print(traceback.format_exc(), file=sys.stderr, flush=True)
         code = 1
-    facts.update(_from_events(workdir, facts.get("fit_started_t"), facts.get("fit_returned_t")))
+    facts.update(ray_report.from_events(workdir, facts.get("fit_started_t"), facts.get("fit_returned_t")))
+    facts.update(exit_code=code, job_s=time.time() - t_job, answered_t=time.time())
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(facts, indent=1), encoding="utf-8")
     os.replace(tmp, out)
     return code
 
 
-def _from_events(workdir: Path, fit_started: float | None, fit_returned: float | None) -> dict:
-    """Restarts, placement per attempt, worker-group setup and teardown times, from the callback's events and
-    the ranks' own timestamps (entered/returned the training function)."""
-    events = []
-    path = workdir / "ray_events.jsonl"
-    if path.exists():
-        events = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    starts = [e for e in events if e["event"] == "group_start"]
-    facts: dict = {"attempts": len(starts), "restarts": max(0, len(starts) - 1),
-                   "worker_failures": [e for e in events if e["event"] == "worker_failure"],
-                   "groups": [e["ranks"] for e in starts]}
-    if starts and fit_started:
-        facts["worker_group_setup_s"] = min(r["t"] for r in starts[0]["ranks"]) - fit_started
-    returned = []
-    for f in workdir.glob("rank*.json"):
-        try:
-            returned.append(json.loads(f.read_text(encoding="utf-8"))["extra"]["ray"]["returned_t"])
-        except (KeyError, ValueError, OSError):
+def serve(log_path: str, ready_path: str) -> int:
+    """Connect, say so in `ready_path` (atomically), then run job lines from stdin until it closes."""
+    t_imported = time.time()
+    connect_s = connect()
+    ready = {"pid": os.getpid(), "import_s": t_imported - T_PROCESS, "connect_s": connect_s}
+    Path(ready_path + ".tmp").write_text(json.dumps(ready), encoding="utf-8")
+    os.replace(ready_path + ".tmp", ready_path)
+    driver = {"driver_pid": os.getpid()}
+    jobs = 0
+    for line in sys.stdin:
+        if not line.strip():
             continue
-    if returned and fit_returned:
-        facts["teardown_s"] = fit_returned - max(returned)
-    return facts
+        job = json.loads(line)
+        _redirect(str(Path(job["workdir"]) / "launcher.log"))  # this cell's log while it runs
+        run_job(job["cell"], job["workdir"], job["worker_module"], job.get("env"),
+                driver={**driver, "driver_jobs_before": jobs, "driver_reused": jobs > 0})
+        jobs += 1
+        _redirect(log_path)
+    if ray.is_initialized():
+        ray.shutdown()
+    return 0
+
+
+def _redirect(path: str) -> None:
+    """The driver's fds 1 and 2 (Python's printing and Ray's worker-log printing alike) into `path`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
+        sys.exit(serve(sys.argv[2], sys.argv[3]))
     if len(sys.argv) != 4:
-        print("usage: python -m suite.launch.ray_driver CELL_JSON WORKDIR WORKER_MODULE", file=sys.stderr)
+        print("usage: python -m suite.launch.ray_driver (--serve LOG READY | CELL_JSON WORKDIR WORKER_MODULE)",
+              file=sys.stderr)
         sys.exit(2)
-    sys.exit(main(*sys.argv[1:]))
+    sys.exit(run_job(*sys.argv[1:], driver={"driver_import_s": time.time() - T_PROCESS}))

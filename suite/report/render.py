@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.report.axes import AXES
+from suite.report.launch_cost import launch_cost_pivot
 from suite.report.markdown import report_markdown
 from suite.report.peaks import peak_pivot, peaks_csv, public_peaks
 from suite.report.pivots import pivots as build_pivots
@@ -66,7 +67,8 @@ def render(runs: list[Run], formats: list[str], out: Path | None, group_by: list
     check_options(formats, out, group_by)
     rows = cell_rows(runs, group_by)
     pivots = build_pivots(rows)
-    sections = pivots + peak_pivot(rows)  # what Markdown and HTML show; JSON carries the peaks as numbers
+    # what Markdown and HTML show; JSON carries the peaks as numbers and the launch cost as a pivot
+    sections = pivots + peak_pivot(rows) + launch_cost_pivot(rows)
     produced: dict[str, str | Path] = {}
     plots = []
     if "html" in formats:
@@ -84,7 +86,7 @@ def render(runs: list[Run], formats: list[str], out: Path | None, group_by: list
         elif f == "csv":
             texts[f] = to_csv(rows)
         else:
-            texts[f] = to_json(runs, rows, pivots)
+            texts[f] = to_json(runs, rows, pivots + launch_cost_pivot(rows))
     if out is None:
         return texts
     out.mkdir(parents=True, exist_ok=True)

@@ -4,15 +4,20 @@ Ray Train (TorchTrainer) starts one actor per rank and, before calling `train_fu
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT and creates the process group - so `run_worker` finds its identity as
 under torchrun and uses the existing group (suite/worker/dist.py).  What is Ray-specific lives here only:
 
-    start       every rank reports {suite_event: start, node, pid} (ray.train.report), so the driver's
-                callback learns placement, pids and how many times the group started (restarts);
+    start       every rank notes its node, pid and entry time (suite/launch/ray_report.py: a `rank_start`
+                line in the work folder, or a {suite_event: start} report when the folder is not visible
+                here), so the driver learns placement, pids and how many times the group started (restarts);
     resume      if Ray hands over a checkpoint (a restart after a failure), load it into the wrapped model
                 and optimizer and continue at its step, with the loss curve so far;
     every K     after every K-th optimizer step all ranks gather a full state dict, rank 0 writes it to a
-                temporary folder, and all report {step, loss, neg_loss} with it: Ray copies it to storage and
-                keeps the best `num_to_keep` by `checkpoint_score_attribute` (CheckpointConfig);
-    done        every rank reports its RankRecord (JSON) - the driver-side callback writes rank<R>.json on
-                the driver's node, so records arrive even when ranks ran on machines without a shared disk.
+                fresh folder, and all report {step, loss, neg_loss} with it: Ray uploads it to storage in the
+                background (CheckpointUploadMode.ASYNC, then deletes the local copy) and keeps the best
+                `num_to_keep` by `checkpoint_score_attribute` (CheckpointConfig).  The time spent is
+                recorded apart (checkpoint_save_s: writing, checkpoint_report_s: the report), never in a step;
+    done        every rank writes its RankRecord as rank<R>.json in the work folder - or reports it (JSON),
+                and the driver-side callback writes it on the driver's node, when ranks run on machines
+                without a shared disk.  Only checkpoints are reported through Ray when the folder is shared:
+                Ray Train's controller then has nothing to collect at the start and at the end.
 
 Fault injection (SUITE_FAULT, for tests) applies to a run that starts at step 0 only, not to a group restarted
 from a checkpoint.  A rank whose record says failed / oom raises instead of reporting: its peers are blocked in a collective, and
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -79,7 +85,8 @@ class RayHooks:
         self.trainer: Trainer | None = None
         self.resumed_from: int | None = None
         self.saved: list[int] = []
-        self.save_s = 0.0
+        self.save_s = 0.0  # checkpoints: all of it (gathering, writing, reporting)
+        self.report_s = 0.0  # of which in ray.train.report (the upload itself runs in the background)
 
     def resume(self, par: Parallel, trainer: Trainer) -> int:
         self.par, self.trainer = par, trainer
@@ -98,6 +105,7 @@ class RayHooks:
             return
         import ray.train
         import torch.distributed as dist
+        from ray.train import CheckpointUploadMode
 
         t0 = time.perf_counter()
         meta = ckpt.Meta(step=done, **self.trainer.state_dict(), cell_id=self.cell.id, strategy=self.cell.strategy,
@@ -108,14 +116,35 @@ class RayHooks:
             metrics["eval_loss"] = last.loss
             if last.accuracy is not None:
                 metrics["accuracy"] = last.accuracy
-        with tempfile.TemporaryDirectory(prefix="suite-ckpt-") as tmp:
-            written = ckpt.save(Path(tmp), self.par.model, self.par.optimizer, meta)
-            checkpoint = ray.train.Checkpoint.from_directory(tmp) if written else None
-            # unique per attempt: a restarted group may checkpoint the same step again
-            name = f"step{done:06d}_{int(time.time() * 1000)}" if written else None
-            ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name)
+        # Not a TemporaryDirectory: Ray uploads the folder after report() returns and deletes it afterwards.
+        folder = Path(tempfile.mkdtemp(prefix="suite-ckpt-"))
+        written = ckpt.save(folder, self.par.model, self.par.optimizer, meta)
+        checkpoint = ray.train.Checkpoint.from_directory(str(folder)) if written else None
+        if not written:
+            shutil.rmtree(folder, ignore_errors=True)
+        t1 = time.perf_counter()
+        # unique per attempt: a restarted group may checkpoint the same step again
+        name = f"step{done:06d}_{int(time.time() * 1000)}" if written else None
+        ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name,
+                         checkpoint_upload_mode=CheckpointUploadMode.ASYNC)
         self.saved.append(done)
         self.save_s += time.perf_counter() - t0
+        self.report_s += time.perf_counter() - t1
+
+
+def shared_workdir(workdir: Path, config: dict) -> bool:
+    """Whether this rank sees the runner's work folder (its cell.json): then it writes its own files."""
+    return not config.get("report_records") and (workdir / "cell.json").is_file()
+
+
+def note_start(workdir: Path, rank: int, facts: dict, t_enter: float) -> int:
+    """Append this rank's `rank_start` line; returns the attempt it belongs to (its earlier starts)."""
+    from suite.launch import ray_report
+
+    attempt = sum(1 for e in ray_report.read_events(workdir) if e["event"] == "rank_start" and e["rank"] == rank)
+    ray_report.append(workdir / ray_report.EVENTS, event="rank_start", rank=rank, attempt=attempt, **facts,
+                      t=t_enter)
+    return attempt
 
 
 def train_func(config: dict) -> None:
@@ -135,7 +164,11 @@ def train_func(config: dict) -> None:
     cell = Cell.model_validate_json(config["cell"])
     workdir = Path(config["workdir"])
     facts = node_facts()
-    ray.train.report({"suite_event": START, "t": t_enter, **facts})
+    files = shared_workdir(workdir, config)
+    rank = int(os.environ.get("RANK", "0"))
+    attempt = note_start(workdir, rank, facts, t_enter) if files else None
+    if not files:
+        ray.train.report({"suite_event": START, "t": t_enter, **facts})
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
         # Injected faults (SUITE_FAULT) belong to the first pass over the steps: a group restarted from a
@@ -145,10 +178,19 @@ def train_func(config: dict) -> None:
     record = resolve_worker(config["worker_module"])(cell, workdir, hooks=hooks)
     extra = {**record.extra, "ray": {"pid": facts["pid"], "entered_t": t_enter,
                                      "returned_t": time.time(), "resumed_from_step": hooks.resumed_from,
-                                     "checkpoints_saved": hooks.saved, "checkpoint_save_s": hooks.save_s}}
-    record = record.model_copy(update={"node_ip": facts["node_ip"], "node_id": facts["node_id"],
-                                       "hostname": facts["hostname"], "extra": extra})
+                                     "checkpoints_saved": hooks.saved, "checkpoint_save_s": hooks.save_s,
+                                     "checkpoint_report_s": hooks.report_s,
+                                     "channel": "files" if files else "reports"}}
+    update = {"node_ip": facts["node_ip"], "node_id": facts["node_id"], "hostname": facts["hostname"], "extra": extra}
+    if attempt is not None:
+        update.update(restarts=attempt, extra={**extra, "restarts": attempt})
+    record = record.model_copy(update=update)
     if record.status in ("failed", "oom"):
         lines = (record.error or record.status).strip().splitlines() or [record.status]
         raise RankFailed(record.model_dump_json(), f"rank {record.rank} {record.status}: {lines[-1]}")
-    ray.train.report({"suite_event": DONE, "record": record.model_dump_json(), "t": time.time()})
+    if files:
+        from suite.launch import ray_report
+
+        ray_report.write_record(workdir, record)
+    else:
+        ray.train.report({"suite_event": DONE, "record": record.model_dump_json(), "t": time.time()})

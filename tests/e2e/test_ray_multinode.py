@@ -83,8 +83,20 @@ def test_ray_private_cluster(tmp_path, torchrun_curves):
     assert len(ok["ranks"]) == 2 and len(nodes) == 2 and None not in nodes  # one rank on each node
     assert set(ray["placement"]["nodes"]) == nodes
     assert all(r["hostname"] and r["node_ip"] for r in ok["ranks"])
-    for key in ("connect_s", "worker_group_setup_s", "teardown_s", "driver_import_s"):
+    for key in ("worker_group_setup_s", "teardown_s"):
         assert ray[key] > 0, key
+    # one driver for the run: started (and connected) for the first cell, outside its wall; reused here
+    first = failed["extra"]["ray"]["driver"]
+    assert first["started_by"] == "this cell" and first["import_s"] > 0 and first["connect_s"] > 0
+    assert ray["driver"] == {"started_by": "an earlier cell of this run", "pid": first["pid"], "jobs_before": 1}
+    assert ray["driver_pid"] == first["pid"] and ray["driver_reused"]
+    phases = ray["phases"]  # the cell's wall, phase by phase; the run's one-time costs on the first cell only
+    assert phases["cluster_start"] == 0 == phases["driver_start"]
+    assert failed["extra"]["ray"]["phases"]["cluster_start"] > 0 and failed["extra"]["ray"]["phases"]["driver_start"] > 0
+    inside = sum(v for k, v in phases.items() if k not in ("cluster_start", "driver_start", "wall", "other"))
+    assert 0 <= phases["wall"] - inside == pytest.approx(phases["other"])
+    assert phases["checkpoint"] > 0 and phases["train"] > 0
+    assert {r["extra"]["ray"]["channel"] for r in map(_rank_record, folder.glob("work/*/rank*.json"))} == {"files"}
     assert ok["overhead_s"]["train"] > 0 and ok["overhead_s"]["launch"] > 0
     _matches(ok, torchrun_curves["zero3"])
 
@@ -121,11 +133,13 @@ def test_ray_worker_killed(tmp_path, torchrun_curves):
             return
         for workdir in (runs[0] / "work").iterdir():
             seen = events(workdir)
-            starts = [e for e in seen if e["event"] == "group_start"]
+            from suite.launch.ray_report import group_starts
+
+            starts = group_starts(seen)
             saved = [e["step"] for e in seen if e["event"] == "checkpoint"]
             steps = [e["step"] for e in worker_events(workdir) if e["event"] == "step"]
             if starts and 2 * EVERY in saved and steps and steps[-1] == HANG - 1:
-                pid = starts[0]["ranks"][1]["pid"]
+                pid = starts[0][1]["pid"]
                 os.kill(pid, signal.SIGKILL)
                 killed.update(pid=pid, at=time.time(), steps=[e["step"] for e in seen if e["event"] == "checkpoint"])
 

@@ -108,10 +108,15 @@ def _record(rank: int, status: str = "ok") -> RankRecord:
                       warmup_steps=0, tokens_per_step=1, samples_per_step=1, extra={"ray": {"returned_t": 5.0}})
 
 
-def test_reporter_writes_events_records_and_restarts(tmp_path, ray_driver):
+@pytest.fixture
+def ray_report():
+    return pytest.importorskip("suite.launch.ray_report", reason="the ray extra is not installed")
+
+
+def test_reporter_writes_events_records_and_restarts(tmp_path, ray_report):
     from suite.worker.ray_entry import RankFailed
 
-    rep = ray_driver.Reporter(str(tmp_path))
+    rep = ray_report.Reporter(str(tmp_path))
     start = [{"suite_event": "start", "node_id": f"n{r}", "pid": 100 + r, "t": 1.0} for r in range(2)]
     rep.after_report(None, start, None)
     failed = RankFailed(_record(1, "failed").model_dump_json(), "rank 1 failed: boom")
@@ -127,7 +132,7 @@ def test_reporter_writes_events_records_and_restarts(tmp_path, ray_driver):
     assert [r.status for r in records] == ["ok", "ok"] and [r.extra["restarts"] for r in records] == [1, 1]
     events = [json.loads(line) for line in (tmp_path / "ray_events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events] == ["group_start", "worker_failure", "group_start", "checkpoint", "done"]
-    facts = ray_driver._from_events(tmp_path, fit_started=0.5, fit_returned=7.0)
+    facts = ray_report.from_events(tmp_path, fit_started=0.5, fit_returned=7.0)
     assert facts["attempts"] == 2 and facts["restarts"] == 1 and len(facts["worker_failures"]) == 1
     assert facts["worker_group_setup_s"] == pytest.approx(0.5) and facts["teardown_s"] == pytest.approx(2.0)
     assert facts["groups"][0][1]["pid"] == 101

@@ -20,6 +20,8 @@ all-reduce outside), so the two step medians compare as well.  Placement: worker
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -113,3 +115,26 @@ def fit(cell: Cell, out_dir: Path) -> dict:
     return {"fit_s": t1 - t0, "worker_group_setup_s": rank0["entered_t"] - t0,
             "train_s": rank0["returned_t"] - rank0["entered_t"], "teardown_s": t1 - rank0["returned_t"],
             "step_times_s": rank0["step_times_s"], "losses": rank0["losses"]}
+
+
+_DRIVER = """
+import json, sys
+from pathlib import Path
+import ray
+from suite.cells import load_cells
+from suite.launch import ray_bare
+ray.init(address=sys.argv[1], logging_level="WARNING", log_to_driver=False)
+(cell,) = [c for c in load_cells(sys.argv[2])[1] if c.id == sys.argv[3]]
+for _ in range(int(sys.argv[5])):
+    print("FIT", json.dumps(ray_bare.fit(cell, Path(sys.argv[4]))), flush=True)
+"""
+
+
+def fits_in_a_driver(address: str, scenario: Path, cell_id: str, out_dir: Path, n: int, env: dict) -> list[dict]:
+    """`n` bare fits of one cell of `scenario` in a fresh driver process connected to `address` (what a user's
+    script is); connecting is outside every fit_s."""
+    proc = subprocess.run([sys.executable, "-c", _DRIVER, address, str(scenario), cell_id, str(out_dir), str(n)],
+                          env=env, capture_output=True, text=True, timeout=300 + 120 * n)
+    if proc.returncode:
+        raise RuntimeError(f"bare TorchTrainer driver failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    return [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("FIT ")]

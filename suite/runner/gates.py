@@ -124,12 +124,14 @@ def curve_gate(losses: Sequence[float], ref: Sequence[float], rtol: float, atol:
                        f"(max |diff| {worst_abs:.3g}, max rel {worst_rel:.3g})")
 
 
-def match_curves(losses: Sequence[float], grad_norms: Sequence[float], ref, match, grad_rtol: float,
-                 ref_label: str) -> Gate:
+def match_curves(losses: Sequence[float], grad_norms: Sequence[float], ref, match, ref_label: str,
+                 precisions: Sequence[str] = ("fp32",)) -> Gate:
     """Both curves of a cell against its reference result `ref` (losses, grad_norms): fails at the earliest step
     where either differs (the gradient norm first on a tie: it moves at the faulty step itself, the loss one
-    step later).  Either side without gradient norms (an older result): the losses alone, saying so."""
-    loss = curve_gate(losses, ref.losses, match.rtol, match.atol, ref_label)
+    step later).  Either side without gradient norms (an older result): the losses alone, saying so.  Unset
+    tolerances are the loosest defaults of the `precisions` compared (suite/scenario_gates.py)."""
+    loss = curve_gate(losses, ref.losses, match.loss_tolerance(*precisions), match.atol, ref_label)
+    grad_rtol = match.grad_tolerance(*precisions)
     if not grad_norms or not ref.grad_norms:
         who = "this cell" if not grad_norms else ref_label
         note = f"; gradient norms not compared: {who} recorded none (a result from before schema 5)"
@@ -155,8 +157,7 @@ def match_gate(cell, losses: Sequence[float], match, ref_cell, ref_result, grad_
     if ref_result.status not in ("ok", "gate-failed"):  # a gate-failed reference still has a whole curve
         why = f": {ref_result.error.strip().splitlines()[0]}" if ref_result.error else ""
         return Gate(name="match", passed=False, detail=f"{label} did not finish ok (status {ref_result.status}{why})")
-    return match_curves(losses, grad_norms, ref_result, match, match.grad_tolerance(cell.precision,
-                                                                                   ref_cell.precision), label)
+    return match_curves(losses, grad_norms, ref_result, match, label, (cell.precision, ref_cell.precision))
 
 
 def loss_gates(losses: Sequence[float], convergence) -> list[Gate]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 from suite.cells import expand
 from suite.results.schema import CellResult
@@ -189,6 +190,19 @@ def test_gradient_tolerance_by_precision():
     assert m.grad_tolerance("fp32", "bf16-mixed") == GRAD_RTOL["bf16-mixed"]  # the looser of the two
     given = MatchGate.model_validate({"strategy": "ddp", "rtol": 1e-3, "grad_rtol": 1e-3, "grad_atol": 1e-6})
     assert (given.axis, given.grad_tolerance("fp32"), given.grad_atol) == ("strategy", 1e-3, 1e-6)
+
+
+def test_loss_tolerance_by_precision():
+    from suite.scenario_gates import LOSS_RTOL, MatchGate
+
+    m = MatchGate.model_validate({"strategy": "ddp"})
+    assert m.rtol is None and m.loss_tolerance("fp32") == LOSS_RTOL["fp32"] == 1e-5
+    assert m.loss_tolerance("fp32", "bf16-mixed") == LOSS_RTOL["bf16-mixed"] == 5e-3  # the looser of the two
+    assert MatchGate.model_validate({"strategy": "ddp", "rtol": 1e-4}).loss_tolerance("bf16-mixed") == 1e-4
+    fp32_losses, ref_losses = [2.0, 1.5], [2.0, 1.5 * (1 + 5e-5)]
+    reference = SimpleNamespace(losses=ref_losses, grad_norms=[])
+    assert not g.match_curves(fp32_losses, [], reference, m, "ref", ("fp32", "fp32")).passed  # 5e-5 > 1e-5
+    assert g.match_curves(fp32_losses, [], reference, m, "ref", ("bf16-mixed", "bf16-mixed")).passed
 
 
 def test_a_non_finite_gradient_norm_is_inf_so_skipped_fp16_steps_agree():

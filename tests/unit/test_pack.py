@@ -11,9 +11,7 @@ import tarfile
 
 import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
-from typer.testing import CliRunner
 
-from suite.cli import app
 from suite.results import pack as packmod
 from suite.results.pack import PackError, open_inputs, pack
 from suite.results.unpack import unpack
@@ -87,31 +85,31 @@ def test_round_trip_gives_the_same_runs(archive, tmp_path):
         (0, 0, "", "", 0o644)}
 
 
-def test_cli_pack_unpack_and_compare_an_archive(tmp_path):
+def test_cli_pack_unpack_and_compare_an_archive(cli, tmp_path):
     root = results(tmp_path / "results")
     out = tmp_path / "smoke.tar.gz"
-    r = CliRunner().invoke(app, ["results", "pack", str(root), "--out", str(out)])
+    r = cli("results", "pack", root, "--out", out)
     assert r.exit_code == 0, r.output
     sha = hashlib.sha256(out.read_bytes()).hexdigest()
     assert "packed 3 run(s), 12 file(s)" in r.output and sha in r.output
-    r = CliRunner().invoke(app, ["results", "unpack", str(out), "--into", str(tmp_path / "d"), "--sha256", sha])
+    r = cli("results", "unpack", out, "--into", tmp_path / "d", "--sha256", sha)
     assert r.exit_code == 0 and r.output.count("unpacked ") == 3, r.output
-    r = CliRunner().invoke(app, ["results", "unpack", str(out), "--into", str(tmp_path / "d")])
+    r = cli("results", "unpack", out, "--into", tmp_path / "d")
     assert r.exit_code == 0 and r.output.count("skipped ") == 3, r.output
     for args in (["compare", str(out), str(out)], ["compare", str(root), str(out)],
                  ["export", str(out), "--out", str(tmp_path / "e.json")]):
-        r = CliRunner().invoke(app, args)
+        r = cli(*args)
         assert r.exit_code == 0, (args, r.output)
-    r = CliRunner().invoke(app, ["report", str(out)])
+    r = cli("report", out)
     assert r.exit_code == 0 and "fixture" in r.stdout, r.output
-    r = CliRunner().invoke(app, ["results", "pack", str(root), "--out", str(out)])
+    r = cli("results", "pack", root, "--out", out)
     assert r.exit_code == 2 and "exists already" in r.output
-    r = CliRunner().invoke(app, ["results", "unpack", str(out), "--into", str(tmp_path / "e"), "--sha256", "0" * 64])
+    r = cli("results", "unpack", out, "--into", tmp_path / "e", "--sha256", "0" * 64)
     assert r.exit_code == 2 and "not the expected" in r.output
-    r = CliRunner().invoke(app, ["compare", str(tmp_path / "cut.tar.gz"), str(out)])
+    r = cli("compare", tmp_path / "cut.tar.gz", out)
     assert r.exit_code == 2  # no such archive: the reader's own error
     (tmp_path / "cut.tar.gz").write_bytes(out.read_bytes()[:500])
-    r = CliRunner().invoke(app, ["compare", str(tmp_path / "cut.tar.gz"), str(out)])
+    r = cli("compare", tmp_path / "cut.tar.gz", out)
     assert r.exit_code == 2 and "truncated" in r.output
 
 

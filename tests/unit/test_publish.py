@@ -17,9 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 from site_fixtures import SLOW_CELL, baseline_runs, make_nights, slow_run
-from typer.testing import CliRunner
 
-from suite.cli import app
 from suite.publish.command import publish
 from suite.publish.state import slim
 from suite.report.compare import compare
@@ -169,14 +167,14 @@ def test_a_resumed_run_renders_its_pages_again(nights, tmp_path):
     assert not any(f"cell-{c.name.split('-')[0]}.html" in r for c in cells[:-1] for r in again.rendered)
 
 
-def test_publish_without_matplotlib_is_a_clean_error(nights, tmp_path, monkeypatch):
+def test_publish_without_matplotlib_is_a_clean_error(cli, nights, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import matplotlib.figure -> ImportError
-    res = CliRunner().invoke(app, ["publish", str(nights["c"]), "--out", str(tmp_path / "site")])
+    res = cli("publish", nights["c"], "--out", tmp_path / "site")
     assert res.exit_code == 2 and "pip install 'suite[report]'" in res.output
     assert not (tmp_path / "site").exists() or not any((tmp_path / "site").iterdir())  # nothing half-written
 
 
-def test_a_damaged_or_foreign_site_is_refused(nights, tmp_path):
+def test_a_damaged_or_foreign_site_is_refused(cli, nights, tmp_path):
     out = tmp_path / "site"
     publish([nights["c"]], out)
     doc = index(out)
@@ -186,7 +184,7 @@ def test_a_damaged_or_foreign_site_is_refused(nights, tmp_path):
         damaged = json.loads(json.dumps(doc))
         change(damaged)
         (out / "index.json").write_text(json.dumps(damaged))
-        res = CliRunner().invoke(app, ["publish", str(nights["c"]), "--out", str(out)])
+        res = cli("publish", nights["c"], "--out", out)
         assert res.exit_code == 2 and message in res.output, res.output
     assert not (tmp_path / "escape.html").exists()
 
@@ -236,23 +234,22 @@ def test_slim_records_give_compares_verdicts(tmp_path):
     assert any(f.verdict == "regression" for f in full.findings)
 
 
-def test_cli_publish_and_its_errors(nights, tmp_path):
-    runner = CliRunner()
+def test_cli_publish_and_its_errors(cli, nights, tmp_path):
     out = tmp_path / "site"
-    res = runner.invoke(app, ["publish", str(nights["c"]), "--out", str(out)])
+    res = cli("publish", nights["c"], "--out", out)
     assert res.exit_code == 0, res.output
     assert "published 2 new run(s)" in res.output and (out / "index.html").is_file()
     not_a_site = tmp_path / "other"
     not_a_site.mkdir()
     (not_a_site / "notes.txt").write_text("mine")
-    res = runner.invoke(app, ["publish", str(nights["c"]), "--out", str(not_a_site)])
+    res = cli("publish", nights["c"], "--out", not_a_site)
     assert res.exit_code == 2 and "not a suite site" in res.output
     (out / "index.json").write_text("{broken")
-    res = runner.invoke(app, ["publish", str(nights["c"]), "--out", str(out)])
+    res = cli("publish", nights["c"], "--out", out)
     assert res.exit_code == 2 and "cannot read the site's index" in res.output
     empty = tmp_path / "empty"
     empty.mkdir()
-    res = runner.invoke(app, ["publish", str(empty), "--out", str(tmp_path / "new")])
+    res = cli("publish", empty, "--out", tmp_path / "new")
     assert res.exit_code == 2 and "no run folders" in res.output
 
 

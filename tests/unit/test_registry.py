@@ -7,10 +7,8 @@ import importlib
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from suite.cells import expand
-from suite.cli import app
 from suite.plan import predict
 from suite.plan.memory import static_bytes
 from suite.scenario import Scenario
@@ -80,10 +78,10 @@ def test_register_refuses_clashes_and_bad_twins(throwaway):
     assert "x" not in registry.names() and "y" not in registry.names()
 
 
-def test_schema_and_cli_list_what_is_registered(throwaway):
+def test_schema_and_cli_list_what_is_registered(cli, throwaway):
     enum = json.dumps(Scenario.model_json_schema()["properties"]["strategy"])
     assert '"tmp-zero2"' in enum and '"tz2"' in enum and '"fsdp"' in enum
-    out = CliRunner().invoke(app, ["strategies", "--json"])
+    out = cli("strategies", "--json")
     assert out.exit_code == 0, out.output
     listed = {s["name"]: s for s in json.loads(out.stdout)}
     assert listed["tmp-zero2"]["shards"] == {"optimizer_states": True, "gradients": True, "parameters": False}

@@ -8,9 +8,7 @@ import json
 import sys
 
 import pytest
-from typer.testing import CliRunner
 
-from suite.cli import app
 from suite.plan import predict
 from suite.plan.search import max_micro_batch
 from suite.plan.trace import TraceCache, TraceError, check_traceable, trace_cell, trace_key
@@ -129,15 +127,15 @@ def scenario(tmp_path):
     return path
 
 
-def test_plan_trace_cli_json_and_table(scenario):
-    result = CliRunner().invoke(app, ["plan", str(scenario), "--trace", "--max-micro-batch", "--json"])
+def test_plan_trace_cli_json_and_table(cli, scenario):
+    result = cli("plan", scenario, "--trace", "--max-micro-batch", "--json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     for r in rows:
         assert r["fits_by"] == "traced" and r["fits_bytes"] == r["traced"]["peak"] > 0
         assert r["traced"]["counted"]["parameters"] > 0 and r["traced"]["world"] == 2
         assert r["max_micro_batch"]["micro_batch_size"] >= 2 and r["max_micro_batch"]["peak"] <= 0.9 * 0.004e9
-    table = CliRunner().invoke(app, ["plan", str(scenario), "--trace"])
+    table = cli("plan", scenario, "--trace")
     assert table.exit_code == 0 and "traced peak" in table.stdout and "yes (traced)" in table.stdout
 
 
@@ -147,8 +145,8 @@ def test_plan_trace_cli_json_and_table(scenario):
     (["--tracee"], "No such option"),
     (["--trace", "--headroom", "0.2"], "--headroom applies to --max-micro-batch only"),
 ])
-def test_plan_bad_requests_exit_2(scenario, args, message):
-    result = CliRunner().invoke(app, ["plan", str(scenario), *args])
+def test_plan_bad_requests_exit_2(cli, scenario, args, message):
+    result = cli("plan", scenario, *args)
     assert result.exit_code == 2 and message in result.output
 
 
@@ -161,13 +159,13 @@ def test_planner_without_trace_needs_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_max_micro_batch_without_device_size_is_refused_before_tracing(tmp_path, monkeypatch):
+def test_max_micro_batch_without_device_size_is_refused_before_tracing(cli, tmp_path, monkeypatch):
     from suite.plan import trace as trace_mod
 
     monkeypatch.setattr(trace_mod, "trace_cell", lambda cell: pytest.fail("traced before the request was checked"))
     path = tmp_path / "unsized.yaml"
     path.write_text("name: u\nmodel: gpt-tiny\nseq_len: 32\ngpus: 2\nmicro_batch_size: 2\nglobal_batch_size: 4\n")
-    result = CliRunner().invoke(app, ["plan", str(path), "--trace", "--max-micro-batch"])
+    result = cli("plan", path, "--trace", "--max-micro-batch")
     assert result.exit_code == 2 and "set gpu_memory_gb in the scenario (1 of 1 cells have none)" in result.output
 
 

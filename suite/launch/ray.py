@@ -41,7 +41,7 @@ from typing import Callable
 
 from suite.launch import LaunchRequest, LaunchResult
 from suite.launch.ray_cluster import PRIVATE_ENV, LocalCluster
-from suite.launch.ray_session import Driver, phases, read_json
+from suite.launch.ray_session import Driver, Interrupted, phases, read_json
 from suite.launch.supervise import GRACE_S, outcome_error, supervise
 
 _LOCAL: LocalCluster | None = None  # the private cluster of this process's run, if suite started one
@@ -117,7 +117,8 @@ def driver_env(address: str, cluster: dict) -> dict[str, str]:
     return env
 
 
-def ensure_driver(address: str, cluster: dict, log_dir: Path) -> tuple[Driver, dict]:
+def ensure_driver(address: str, cluster: dict, log_dir: Path,
+                  stop: threading.Event | None = None) -> tuple[Driver, dict]:
     """The run's driver for `address`, started (and connected) unless a usable one runs; facts about it."""
     global _DRIVER
     with _LOCAL_LOCK:
@@ -127,7 +128,7 @@ def ensure_driver(address: str, cluster: dict, log_dir: Path) -> tuple[Driver, d
         if _DRIVER is not None:
             _DRIVER.stop()
         _DRIVER = Driver(address, driver_env(address, cluster), log_dir)
-        return _DRIVER, {"started_by": "this cell", **_DRIVER.start(), "jobs_before": 0}
+        return _DRIVER, {"started_by": "this cell", **_DRIVER.start(stop), "jobs_before": 0}
 
 
 def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable[[], None] | None = None,
@@ -139,18 +140,24 @@ def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable
     try:
         _need_ray()
         address, cluster = ensure_cluster(request, request.ray_address)
-        driver, driver_facts = ensure_driver(address, cluster, workdir.parent)
+        driver, driver_facts = ensure_driver(address, cluster, workdir.parent, stop)
     except Exception as exc:  # noqa: BLE001 - no cluster or driver: the cell fails with the reason, the run goes on
         result.started = result.ended = time.time()
-        result.error = f"ray cluster: {exc}"
+        result.interrupted = isinstance(exc, Interrupted)
+        result.error = str(exc) if result.interrupted else f"ray cluster: {exc}"
         return result
     job = {"cell": str(Path(request.payload).resolve()), "workdir": str(workdir),
            "worker_module": request.worker_module, "env": dict(request.env)}
     result.extra["command"] = [*driver.proc.args, "<", json.dumps(job)]
     log_path.touch()
     result.started = time.time()
-    result.take(supervise(driver.submit(job, workdir), timeout_s=request.timeout_s, stop=stop, on_poll=on_poll,
-                          grace_s=grace_s))
+    try:
+        handle = driver.submit(job, workdir)
+    except RuntimeError as exc:
+        result.ended = time.time()
+        result.error = f"ray driver: {exc}"
+        return result
+    result.take(supervise(handle, timeout_s=request.timeout_s, stop=stop, on_poll=on_poll, grace_s=grace_s))
     facts = read_json(workdir / "ray_driver.json")
     result.extra["ray"] = {**cluster, **facts, "driver": driver_facts,
                            "phases": phases(facts, cluster, driver_facts, workdir, result.ended - result.started)}

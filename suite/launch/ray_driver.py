@@ -147,11 +147,11 @@ def run_job(cell_json: str, workdir_arg: str, worker_module: str, env: dict[str,
     ranks see (WORKER_ENV keys); `driver`: facts about this driver process for the result."""
     t_job = time.time()
     workdir = Path(workdir_arg).resolve()
-    cell = Cell.model_validate_json(Path(cell_json).read_text(encoding="utf-8"))
-    settings = cell.ray
     facts: dict = {"address": os.environ.get("RAY_ADDRESS"), **(driver or {})}
     out = workdir / RESULT
     try:
+        cell = Cell.model_validate_json(Path(cell_json).read_text(encoding="utf-8"))
+        settings = cell.ray
         facts["connect_s"] = connect()
         device = resolve_device(cell)
         use_gpu = device == "cuda"
@@ -201,7 +201,10 @@ def run_job(cell_json: str, workdir_arg: str, worker_module: str, env: dict[str,
         facts["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[-4000:]
         print(traceback.format_exc(), file=sys.stderr, flush=True)
         code = 1
-    facts.update(ray_report.from_events(workdir, facts.get("fit_started_t"), facts.get("fit_returned_t")))
+    try:
+        facts.update(ray_report.from_events(workdir, facts.get("fit_started_t"), facts.get("fit_returned_t")))
+    except (OSError, ValueError, KeyError) as exc:  # a damaged event file: the cell's facts say so, the driver goes on
+        facts["events_error"] = f"{type(exc).__name__}: {exc}"
     facts.update(exit_code=code, job_s=time.time() - t_job, answered_t=time.time())
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(facts, indent=1), encoding="utf-8")

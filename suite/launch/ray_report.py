@@ -2,9 +2,10 @@
 
 Two channels, one format (WORKDIR/rank<R>.json and WORKDIR/ray_events.jsonl, read by the driver and the runner):
 
-    files     the usual case - the work folder is visible to the worker (one host, or a shared disk: the
-              runner's cell.json is there): each rank appends its own `rank_start` line when it enters the
-              training function and writes its RankRecord itself when it is done.  No ray.train.report call,
+    files     the usual case - the work folder is visible to every rank (one host, or a shared disk: the
+              runner's cell.json is there; the ranks agree on it first, so none waits in a report the
+              others never make): each rank writes its own `rank_start` file when it enters the training
+              function and its RankRecord when it is done.  No ray.train.report call,
               so Ray Train's controller has nothing to wait for at the start and the end of a group;
     reports   the work folder is not there (ranks on machines without a shared disk): each rank reports
               {suite_event: start} and {suite_event: done, record} through ray.train.report, and the
@@ -13,7 +14,7 @@ Two channels, one format (WORKDIR/rank<R>.json and WORKDIR/ray_events.jsonl, rea
 
 Checkpoints and worker failures always go through Ray (a report with the checkpoint; `after_exception`), so
 the Reporter writes `checkpoint` and `worker_failure` lines in both cases.  `group_starts` turns either kind
-of start line into one list of ranks per attempt of the group (restarts = attempts - 1).
+of start into one list of ranks per attempt of the group (restarts = attempts - 1).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from suite.results.schema import RankRecord
 from suite.worker import ray_entry
 
 EVENTS = "ray_events.jsonl"
+STARTS = "ray_starts"  # the files channel's rank starts, a file per rank and attempt
 
 
 def append(file: Path, **event) -> None:
@@ -44,10 +46,32 @@ def write_record(workdir: Path, record: RankRecord) -> None:
 
 
 def read_events(workdir: Path) -> list[dict]:
+    """The event lines (complete ones), then the files channel's `rank_start` events (one file each)."""
     path = workdir / EVENTS
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip().endswith("}")]
+    events = []
+    if path.exists():
+        events = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+                  if line.strip().endswith("}")]
+    for f in sorted((workdir / STARTS).glob("rank*.json")):
+        try:
+            events.append(json.loads(f.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue  # being replaced right now: the next read has it
+    return events
+
+
+def note_start(workdir: Path, rank: int, facts: dict, t_enter: float) -> int:
+    """The files channel's start of one rank: WORKDIR/ray_starts/rank<R>-<attempt>.json, a file per rank and
+    attempt (no appends shared between hosts: O_APPEND is not atomic on NFS).  Returns the attempt: how many
+    starts of this rank came before."""
+    folder = workdir / STARTS
+    folder.mkdir(exist_ok=True)
+    attempt = len(list(folder.glob(f"rank{rank}-*.json")))
+    event = {"event": "rank_start", "rank": rank, "attempt": attempt, **facts, "t": t_enter}
+    tmp = folder / f".rank{rank}-{attempt}.tmp"
+    tmp.write_text(json.dumps(event), encoding="utf-8")
+    os.replace(tmp, folder / f"rank{rank}-{attempt}.json")
+    return attempt
 
 
 def group_starts(events: list[dict]) -> list[list[dict]]:

@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +29,10 @@ from suite.launch import lifeline
 DRIVER = "suite.launch.ray_driver"
 READY_TIMEOUT_S = 180.0  # importing torch and Ray and connecting: seconds here, minutes on a loaded machine
 CLOSE_S = 15.0  # end of stdin -> the driver disconnects and exits; then its group is killed
+
+
+class Interrupted(RuntimeError):
+    """The run was interrupted before the cell's job started."""
 
 
 def group_pids(pgid: int) -> list[int]:
@@ -61,8 +66,9 @@ class Driver:
         self.broken = False  # stopped or dead: never given another job
         self.jobs = 0
 
-    def start(self) -> dict:
-        """Start the driver and wait until it is connected; its facts (pid, import_s, connect_s, start_s)."""
+    def start(self, stop: threading.Event | None = None) -> dict:
+        """Start the driver and wait until it is connected; its facts (pid, import_s, connect_s, start_s).
+        `stop` set meanwhile (Ctrl-C): the driver is stopped and Interrupted raised."""
         t0 = time.monotonic()
         cmd = [sys.executable, "-m", self.module, "--serve", str(self.log_path), str(self.ready_path)]
         with open(self.log_path, "ab") as log:
@@ -70,8 +76,11 @@ class Driver:
                                          env={**self.env, lifeline.PARENT_ENV: str(os.getpid())},
                                          start_new_session=True)
         while not self.ready_path.exists():
+            if stop is not None and stop.is_set():
+                self.stop(wait_s=0)
+                raise Interrupted("interrupted (Ctrl-C / SIGTERM) while the Ray driver started")
             if self.proc.poll() is not None or time.monotonic() - t0 > READY_TIMEOUT_S:
-                self.stop()
+                self.stop(wait_s=0)
                 raise RuntimeError(f"the Ray driver did not connect to {self.address} (exit code "
                                    f"{self.proc.returncode}, after {time.monotonic() - t0:.0f} s); see {self.log_path}")
             time.sleep(0.05)
@@ -84,8 +93,12 @@ class Driver:
 
     def submit(self, job: dict, workdir: Path) -> "JobHandle":
         (workdir / "ray_driver.json").unlink(missing_ok=True)
-        self.proc.stdin.write((json.dumps(job) + "\n").encode())
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError as exc:  # it died since usable() looked (BrokenPipeError)
+            self.broken = True
+            raise RuntimeError(f"the Ray driver (pid {self.proc.pid}) is gone ({exc}); see {self.log_path}") from None
         self.jobs += 1
         return JobHandle(self, workdir / "ray_driver.json")
 
@@ -93,15 +106,16 @@ class Driver:
         with contextlib.suppress(ProcessLookupError):  # the whole group has exited already
             os.killpg(self.proc.pid, sig)
 
-    def stop(self) -> list[int]:
-        """Close stdin (the driver disconnects and exits), then kill whatever of its group is left."""
+    def stop(self, wait_s: float = CLOSE_S) -> list[int]:
+        """Close stdin (the driver disconnects and exits within `wait_s`), then kill whatever of its group is
+        left."""
         self.broken = True
         if self.proc is None:
             return []
         with contextlib.suppress(OSError):
             self.proc.stdin.close()
         try:
-            self.proc.wait(timeout=CLOSE_S)
+            self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             pass
         left = group_pids(self.proc.pid)

@@ -5,8 +5,8 @@ WORLD_SIZE, MASTER_ADDR and MASTER_PORT and creates the process group - so `run_
 under torchrun and uses the existing group (suite/worker/dist.py).  What is Ray-specific lives here only:
 
     start       every rank notes its node, pid and entry time (suite/launch/ray_report.py: a `rank_start`
-                line in the work folder, or a {suite_event: start} report when the folder is not visible
-                here), so the driver learns placement, pids and how many times the group started (restarts);
+                file in the work folder, or - when some rank does not see that folder - a
+                {suite_event: start} report), so the driver learns placement, pids and how many times the group started (restarts);
     resume      if Ray hands over a checkpoint (a restart after a failure), load it into the wrapped model
                 and optimizer and continue at its step, with the loss curve so far;
     every K     after every K-th optimizer step all ranks gather a full state dict, rank 0 writes it to a
@@ -118,33 +118,36 @@ class RayHooks:
                 metrics["accuracy"] = last.accuracy
         # Not a TemporaryDirectory: Ray uploads the folder after report() returns and deletes it afterwards.
         folder = Path(tempfile.mkdtemp(prefix="suite-ckpt-"))
-        written = ckpt.save(folder, self.par.model, self.par.optimizer, meta)
-        checkpoint = ray.train.Checkpoint.from_directory(str(folder)) if written else None
+        try:
+            written = ckpt.save(folder, self.par.model, self.par.optimizer, meta)
+            checkpoint = ray.train.Checkpoint.from_directory(str(folder)) if written else None
+            t1 = time.perf_counter()
+            # unique per attempt: a restarted group may checkpoint the same step again
+            name = f"step{done:06d}_{int(time.time() * 1000)}" if written else None
+            ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name,
+                             checkpoint_upload_mode=CheckpointUploadMode.ASYNC)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)  # Ray will not upload (and delete) it
+            raise
         if not written:
             shutil.rmtree(folder, ignore_errors=True)
-        t1 = time.perf_counter()
-        # unique per attempt: a restarted group may checkpoint the same step again
-        name = f"step{done:06d}_{int(time.time() * 1000)}" if written else None
-        ray.train.report(metrics, checkpoint=checkpoint, checkpoint_dir_name=name,
-                         checkpoint_upload_mode=CheckpointUploadMode.ASYNC)
         self.saved.append(done)
         self.save_s += time.perf_counter() - t0
         self.report_s += time.perf_counter() - t1
 
 
 def shared_workdir(workdir: Path, config: dict) -> bool:
-    """Whether this rank sees the runner's work folder (its cell.json): then it writes its own files."""
-    return not config.get("report_records") and (workdir / "cell.json").is_file()
+    """Whether every rank sees the runner's work folder (its cell.json): then ranks write their own files.
+    Agreed over the process group (the minimum), so all ranks take the same channel: a rank that reports
+    while another does not would wait in ray.train.report's barrier forever."""
+    import ray.train.torch
+    import torch
+    import torch.distributed as dist
 
-
-def note_start(workdir: Path, rank: int, facts: dict, t_enter: float) -> int:
-    """Append this rank's `rank_start` line; returns the attempt it belongs to (its earlier starts)."""
-    from suite.launch import ray_report
-
-    attempt = sum(1 for e in ray_report.read_events(workdir) if e["event"] == "rank_start" and e["rank"] == rank)
-    ray_report.append(workdir / ray_report.EVENTS, event="rank_start", rank=rank, attempt=attempt, **facts,
-                      t=t_enter)
-    return attempt
+    sees = not config.get("report_records") and (workdir / "cell.json").is_file()
+    flag = torch.tensor([int(sees)], device=ray.train.torch.get_device())
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
 
 
 def train_func(config: dict) -> None:
@@ -152,6 +155,7 @@ def train_func(config: dict) -> None:
     import ray.train
 
     from suite.cells import Cell
+    from suite.launch import ray_report
 
     t_enter = time.time()
     if os.path.isdir(config.get("cwd") or ""):
@@ -166,7 +170,7 @@ def train_func(config: dict) -> None:
     facts = node_facts()
     files = shared_workdir(workdir, config)
     rank = int(os.environ.get("RANK", "0"))
-    attempt = note_start(workdir, rank, facts, t_enter) if files else None
+    attempt = ray_report.note_start(workdir, rank, facts, t_enter) if files else None
     if not files:
         ray.train.report({"suite_event": START, "t": t_enter, **facts})
     checkpoint = ray.train.get_checkpoint()
@@ -189,8 +193,6 @@ def train_func(config: dict) -> None:
         lines = (record.error or record.status).strip().splitlines() or [record.status]
         raise RankFailed(record.model_dump_json(), f"rank {record.rank} {record.status}: {lines[-1]}")
     if files:
-        from suite.launch import ray_report
-
         ray_report.write_record(workdir, record)
     else:
         ray.train.report({"suite_event": DONE, "record": record.model_dump_json(), "t": time.time()})

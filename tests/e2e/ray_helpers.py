@@ -44,10 +44,10 @@ def by_strategy(results: dict[str, dict]) -> dict[str, dict]:
 
 
 def events(workdir: Path) -> list[dict]:
-    path = workdir / "ray_events.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
+    """The Ray cell's events so far (suite/launch/ray_report.py: event lines and rank start files)."""
+    from suite.launch.ray_report import read_events
+
+    return read_events(workdir)
 
 
 def worker_events(workdir: Path) -> list[dict]:

@@ -77,10 +77,10 @@ def test_a_driver_that_cannot_connect_is_an_error_naming_its_log(tmp_path):
         driver.start()
 
 
-def test_files_channel_start_lines_group_by_attempt(tmp_path):
+def test_files_channel_start_files_group_by_attempt(tmp_path):
     pytest.importorskip("ray")
     from suite.launch import ray_report
-    from suite.worker.ray_entry import note_start
+    from suite.launch.ray_report import note_start
 
     (tmp_path / "cell.json").write_text("{}")
     facts = {"node_id": "n", "node_ip": "1.2.3.4", "hostname": "h", "pid": 1}
@@ -106,3 +106,27 @@ def test_phases_add_up_to_the_wall_and_one_time_costs_stay_out(tmp_path):
     later = phases(facts, {"started_by": "an earlier cell of this run", "start_s": None},
                    {"started_by": "an earlier cell of this run"}, tmp_path, wall_s=15.0)
     assert (later["cluster_start"], later["driver_start"]) == (0.0, 0.0)
+
+
+def test_a_job_for_a_driver_that_died_is_a_clean_error(tmp_path, fake_driver):
+    fake_driver.start()
+    fake_driver.proc.kill()
+    fake_driver.proc.wait()
+    job, workdir = _job(tmp_path, "late")
+    with pytest.raises(RuntimeError, match=r"the Ray driver \(pid \d+\) is gone.*ray_driver.log"):
+        for _ in range(3):  # the first write may still land in the pipe's buffer
+            fake_driver.submit(job, workdir)
+    assert not fake_driver.usable("127.0.0.1:1")
+
+
+def test_ctrl_c_while_the_driver_starts_stops_it(tmp_path):
+    from suite.launch.ray_session import Interrupted
+
+    (tmp_path / "slow_driver.py").write_text("import time; time.sleep(600)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    driver = Driver("127.0.0.1:1", env, tmp_path, module="slow_driver")
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    with pytest.raises(Interrupted):
+        driver.start(stop)
+    assert driver.proc.poll() is not None and not driver.usable("127.0.0.1:1")

@@ -12,9 +12,10 @@ above it with Linux's parent-death signal (prctl PR_SET_PDEATHSIG), set by each 
   a handled signal, not SIGKILL, because only the launcher knows its children;
 - each rank asks for SIGKILL when its launcher dies (`die_with_parent`), which covers a launcher that was
   itself killed hard (its handler never ran);
-- launcher: ray - the run's driver (one process for all its Ray cells) asks for SIGKILL when the runner dies (Ray then ends the dead driver's
-  job, its Train controller and worker actors), and the nodes of a private cluster (`ray start --block`)
-  run under `run_guarded`, a guarded launcher for any program: its node's gcs, raylet and agents die too.
+- launcher: ray - the run's driver (one process for all its Ray cells) asks for SIGKILL when the runner dies
+  (Ray then ends the dead driver's job, its Train controller and worker actors), and the nodes of a private
+  cluster (`ray start --block`) run under `run_guarded`, a guarded launcher for any program: its node's gcs,
+  raylet and agents die too.
 
 The kernel delivers the signal when the parent *thread* that forked the process exits (the runner and torchrun
 start their children from the thread that then supervises them, so that is the process's end).  The setting

@@ -158,7 +158,7 @@ def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable
         result.error = f"ray driver: {exc}"
         return result
     result.take(supervise(handle, timeout_s=request.timeout_s, stop=stop, on_poll=on_poll, grace_s=grace_s))
-    facts = read_json(workdir / "ray_driver.json")
+    facts = read_json(handle.answer)
     result.extra["ray"] = {**cluster, **facts, "driver": driver_facts,
                            "phases": phases(facts, cluster, driver_facts, workdir, result.ended - result.started)}
     result.error = outcome_error(result, request.timeout_s, log_path, detail=facts.get("error"))

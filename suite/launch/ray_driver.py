@@ -54,6 +54,8 @@ from ray.train.torch import TorchConfig, TorchTrainer  # noqa: E402
 from suite.cells import Cell  # noqa: E402
 from suite.device import resolve_device as device_kind  # noqa: E402
 from suite.launch import ray_report  # noqa: E402
+from suite.launch.ray_session import ANSWER  # noqa: E402
+from suite.results.store import write_atomic  # noqa: E402
 from suite.worker import ray_checkpoint, ray_entry  # noqa: E402
 
 NODE_WAIT_S = 90.0  # nodes may still be joining a freshly started cluster
@@ -63,7 +65,6 @@ NODE_ID_LABEL = "ray.io/node-id"
 WORKER_ENV = ("PYTHONPATH", "SUITE_FAULT", "SUITE_PLUGINS")  # SUITE_PLUGINS: strategies registered outside suite
 HEALTH_CHECK_S = "0.25"  # Ray Train's controller poll interval (default 2 s): see the module docstring
 REPORT_RECORDS = "SUITE_RAY_REPORT_RECORDS"  # "1": records through ray.train.report even on a shared disk (tests)
-RESULT = "ray_driver.json"
 
 
 def resolve_device(cell: Cell) -> str:
@@ -148,7 +149,7 @@ def run_job(cell_json: str, workdir_arg: str, worker_module: str, env: dict[str,
     t_job = time.time()
     workdir = Path(workdir_arg).resolve()
     facts: dict = {"address": os.environ.get("RAY_ADDRESS"), **(driver or {})}
-    out = workdir / RESULT
+    out = workdir / ANSWER
     try:
         cell = Cell.model_validate_json(Path(cell_json).read_text(encoding="utf-8"))
         settings = cell.ray
@@ -178,7 +179,8 @@ def run_job(cell_json: str, workdir_arg: str, worker_module: str, env: dict[str,
                                          placement_strategy=strategy, label_selector=selectors),
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo", timeout_s=cell.timeout_s),
             run_config=RunConfig(
-                name=f"{cell.id}-{workdir.name}", storage_path=str(storage), callbacks=[ray_report.Reporter(str(workdir))],
+                name=f"{cell.id}-{workdir.name}", storage_path=str(storage),
+                callbacks=[ray_report.Reporter(str(workdir))],
                 checkpoint_config=CheckpointConfig(
                     num_to_keep=settings.num_to_keep if settings else None,
                     checkpoint_score_attribute=settings.checkpoint_score_attribute if settings else None,
@@ -206,9 +208,7 @@ def run_job(cell_json: str, workdir_arg: str, worker_module: str, env: dict[str,
     except (OSError, ValueError, KeyError) as exc:  # a damaged event file: the cell's facts say so, the driver goes on
         facts["events_error"] = f"{type(exc).__name__}: {exc}"
     facts.update(exit_code=code, job_s=time.time() - t_job, answered_t=time.time())
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(facts, indent=1), encoding="utf-8")
-    os.replace(tmp, out)
+    write_atomic(out, json.dumps(facts, indent=1), overwrite=True)
     return code
 
 
@@ -217,8 +217,7 @@ def serve(log_path: str, ready_path: str) -> int:
     t_imported = time.time()
     connect_s = connect()
     ready = {"pid": os.getpid(), "import_s": t_imported - T_PROCESS, "connect_s": connect_s}
-    Path(ready_path + ".tmp").write_text(json.dumps(ready), encoding="utf-8")
-    os.replace(ready_path + ".tmp", ready_path)
+    write_atomic(Path(ready_path), json.dumps(ready))
     driver = {"driver_pid": os.getpid()}
     jobs = 0
     for line in sys.stdin:

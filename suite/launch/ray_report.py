@@ -20,13 +20,13 @@ of start into one list of ranks per attempt of the group (restarts = attempts - 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 from ray.train import UserCallback
 
 from suite.results.schema import RankRecord
+from suite.results.store import write_atomic
 from suite.worker import ray_entry
 
 EVENTS = "ray_events.jsonl"
@@ -40,9 +40,7 @@ def append(file: Path, **event) -> None:
 
 
 def write_record(workdir: Path, record: RankRecord) -> None:
-    tmp = workdir / f".rank{record.rank}.json.ray-tmp"
-    tmp.write_text(record.model_dump_json(indent=1), encoding="utf-8")
-    os.replace(tmp, workdir / f"rank{record.rank}.json")
+    write_atomic(workdir / f"rank{record.rank}.json", record.model_dump_json(indent=1), overwrite=True)
 
 
 def read_events(workdir: Path) -> list[dict]:
@@ -68,9 +66,7 @@ def note_start(workdir: Path, rank: int, facts: dict, t_enter: float) -> int:
     folder.mkdir(exist_ok=True)
     attempt = len(list(folder.glob(f"rank{rank}-*.json")))
     event = {"event": "rank_start", "rank": rank, "attempt": attempt, **facts, "t": t_enter}
-    tmp = folder / f".rank{rank}-{attempt}.tmp"
-    tmp.write_text(json.dumps(event), encoding="utf-8")
-    os.replace(tmp, folder / f"rank{rank}-{attempt}.json")
+    write_atomic(folder / f"rank{rank}-{attempt}.json", json.dumps(event))  # never replaces an earlier start
     return attempt
 
 

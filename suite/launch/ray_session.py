@@ -27,6 +27,7 @@ import psutil
 from suite.launch import lifeline
 
 DRIVER = "suite.launch.ray_driver"
+ANSWER = "ray_driver.json"  # WORKDIR/ANSWER: the driver's facts about one job, written last (its exit code)
 READY_TIMEOUT_S = 180.0  # importing torch and Ray and connecting: seconds here, minutes on a loaded machine
 CLOSE_S = 15.0  # end of stdin -> the driver disconnects and exits; then its group is killed
 
@@ -92,7 +93,7 @@ class Driver:
         return not self.broken and self.address == address and self.proc is not None and self.proc.poll() is None
 
     def submit(self, job: dict, workdir: Path) -> "JobHandle":
-        (workdir / "ray_driver.json").unlink(missing_ok=True)
+        (workdir / ANSWER).unlink(missing_ok=True)
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
             self.proc.stdin.flush()
@@ -100,7 +101,7 @@ class Driver:
             self.broken = True
             raise RuntimeError(f"the Ray driver (pid {self.proc.pid}) is gone ({exc}); see {self.log_path}") from None
         self.jobs += 1
-        return JobHandle(self, workdir / "ray_driver.json")
+        return JobHandle(self, workdir / ANSWER)
 
     def signal(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):  # the whole group has exited already
@@ -112,12 +113,11 @@ class Driver:
         self.broken = True
         if self.proc is None:
             return []
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # a driver that died already: its pipe is broken
             self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            pass
+        deadline = time.monotonic() + wait_s
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # it disconnects from Ray and exits; past the deadline it is killed below
         left = group_pids(self.proc.pid)
         self.signal(signal.SIGKILL)
         self.proc.wait()

@@ -52,21 +52,19 @@ def split(result) -> dict[str, float | None] | None:
 
 def launch_cost_pivot(rows: list[Row]) -> list[Pivot]:
     """[the section] when some row holds Ray results, else []."""
-    results = [(row, r) for row in rows for r in row["_results"]]
-    if not any(r.launcher == "ray" for _, r in results):
+    results = [(row, r, split(r)) for row in rows for r in row["_results"]]
+    if not any(r.launcher == "ray" for _, r, _ in results):
         return []
     def key(row: Row) -> tuple:
         return tuple(row.get(a) for a in _TWIN_AXES)
 
-    ray_keys = {key(row) for row, r in results if r.launcher == "ray"}
+    ray_keys = {key(row) for row, r, _ in results if r.launcher == "ray"}
     twins: dict[tuple, float] = {}
-    for row, r in results:
-        s = split(r)
+    for row, r, s in results:
         if r.launcher != "ray" and s is not None:
             twins.setdefault(key(row), s["wall"])
     body = []
-    for row, r in results:
-        s = split(r)
+    for row, r, s in results:
         if s is None or (r.launcher != "ray" and key(row) not in ray_keys):
             continue  # torchrun cells without a Ray cell of the same work are the cell table's business
         twin = twins.get(key(row)) if r.launcher == "ray" else None

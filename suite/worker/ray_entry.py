@@ -6,7 +6,8 @@ under torchrun and uses the existing group (suite/worker/dist.py).  What is Ray-
 
     start       every rank notes its node, pid and entry time (suite/launch/ray_report.py: a `rank_start`
                 file in the work folder, or - when some rank does not see that folder - a
-                {suite_event: start} report), so the driver learns placement, pids and how many times the group started (restarts);
+                {suite_event: start} report), so the driver learns placement, pids and how many times the
+                group started (restarts);
     resume      if Ray hands over a checkpoint (a restart after a failure), load it into the wrapped model
                 and optimizer and continue at its step, with the loss curve so far;
     every K     after every K-th optimizer step all ranks gather a full state dict, rank 0 writes it to a

@@ -10,10 +10,15 @@ import psutil
 import torch
 import yaml
 
-from tests.e2e.run_helpers import REPO
+from tests.e2e.run_helpers import REPO, env
 
 SHIPPED = REPO / "scenarios" / "ray-multinode-cpu.yaml"
 STEPS, EVERY = 40, 10  # checkpoints at 10, 20, 30, 40 (the best 2 by loss are kept)
+
+
+def ray_env(**extra) -> dict[str, str]:
+    """The tests' environment without RAY_ADDRESS: suite starts (or is given) its own cluster."""
+    return {k: v for k, v in env(**extra).items() if k != "RAY_ADDRESS"}
 
 
 def scenario(tmp: Path, name: str, **changes) -> Path:

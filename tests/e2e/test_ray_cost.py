@@ -23,23 +23,19 @@ import pytest
 from suite.cells import load_cells
 from suite.launch.ray_cluster import LocalCluster
 from suite.runner.gates import curve_gate
-from tests.e2e.ray_helpers import scenario, worker_events
-from tests.e2e.run_helpers import cell_results, env, run_cli, run_dirs
+from tests.e2e.ray_helpers import ray_env, scenario, worker_events
+from tests.e2e.run_helpers import cell_results, run_cli, run_dirs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 pytest.importorskip("ray")
 GONE_LIMIT_S = 60.0  # a hang guard on a loaded 2-core machine, not a speed claim (the time taken is printed)
 
 
-def _ray_env(**extra) -> dict[str, str]:
-    return {k: v for k, v in env(**extra).items() if k != "RAY_ADDRESS"}
-
-
 def _plain(tmp, name: str, **changes):
     """The shipped CPU scenario's DDP cell, 16 steps, without checkpoints."""
-    return scenario(tmp, name, strategy="ddp", steps=16, ray={"placement_strategy": "auto", "checkpoint_every_steps": None,
-                                                             "num_to_keep": None, "checkpoint_score_attribute": None},
-                    **changes)
+    no_checkpoints = {"placement_strategy": "auto", "checkpoint_every_steps": None, "num_to_keep": None,
+                      "checkpoint_score_attribute": None}
+    return scenario(tmp, name, strategy="ddp", steps=16, ray=no_checkpoints, **changes)
 
 
 def test_yardstick_and_suite_cell_on_one_cluster(tmp_path):
@@ -48,9 +44,9 @@ def test_yardstick_and_suite_cell_on_one_cluster(tmp_path):
     path = _plain(tmp_path, "ray-yardstick")
     (cell,) = load_cells(str(path))[1]
     with LocalCluster(nodes=2, cpus_per_node=2) as cluster:
-        (bare,) = fits_in_a_driver(cluster.address, path, cell.id, tmp_path / "bare", 1, _ray_env())
+        (bare,) = fits_in_a_driver(cluster.address, path, cell.id, tmp_path / "bare", 1, ray_env())
         run = run_cli(["run", str(path), "--results", str(tmp_path / "results"), "--ray-address", cluster.address],
-                      tmp_path, _ray_env(), timeout=600)
+                      tmp_path, ray_env(), timeout=600)
         assert run.returncode == 0, run.stderr[-3000:]
     (folder,) = run_dirs(tmp_path / "results", "ray-yardstick")
     (result,) = cell_results(folder).values()
@@ -79,7 +75,7 @@ def test_ctrl_c_and_kill9_leave_no_ray_process(tmp_path, sig):
             fired["t"] = time.monotonic()
 
     run = run_cli(["run", str(path), "--results", str(results)], tmp_path,
-                  _ray_env(SUITE_FAULT=f"{cell.id}:hang@8"), timeout=600, watch=stop_when_training)
+                  ray_env(SUITE_FAULT=f"{cell.id}:hang@8"), timeout=600, watch=stop_when_training)
     assert "t" in fired, "the cell never trained"
     assert run.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), run.stderr[-3000:]
     kinds = " ".join(run.cmdlines.values())

@@ -27,24 +27,20 @@ import pytest
 from suite.launch.ray_cluster import LocalCluster
 from suite.runner.gates import curve_gate
 from tests.e2e.ray_helpers import (
-    EVERY, STEPS, by_strategy, events, ray_processes_alive, scenario, step_loss_from_checkpoint, torchrun_twin,
+    EVERY, STEPS, by_strategy, events, ray_env, ray_processes_alive, scenario, step_loss_from_checkpoint, torchrun_twin,
     worker_events,
 )
-from tests.e2e.run_helpers import cell_results, env, run_cli, run_dirs
+from tests.e2e.run_helpers import cell_results, run_cli, run_dirs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 RTOL = 1e-5  # same mathematics on the same machine: fp32 curves agree to ~1e-6
 HANG = 25  # the killed run's ranks wait here, after the checkpoints of steps 10 and 20
 
 
-def _ray_env(**extra) -> dict[str, str]:
-    return {k: v for k, v in env(**extra).items() if k != "RAY_ADDRESS"}
-
-
 @pytest.fixture(scope="module")
 def torchrun_curves(tmp_path_factory) -> dict[str, list[float]]:
     tmp = tmp_path_factory.mktemp("twin")
-    run = run_cli(["run", str(torchrun_twin(tmp)), "--results", str(tmp / "results")], tmp, _ray_env(), timeout=900)
+    run = run_cli(["run", str(torchrun_twin(tmp)), "--results", str(tmp / "results")], tmp, ray_env(), timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     (folder,) = run_dirs(tmp / "results", "ray-twin-torchrun")
     return {s: r["losses"] for s, r in by_strategy(cell_results(folder)).items()}
@@ -62,7 +58,7 @@ def test_ray_private_cluster(tmp_path, torchrun_curves):
 
     ddp = next(c for c in load_cells(str(path))[1] if c.strategy == "ddp")
     run = run_cli(["run", str(path), "--results", str(results)], tmp_path,
-                  _ray_env(SUITE_FAULT=f"{ddp.id}:raise@3"), timeout=1500)
+                  ray_env(SUITE_FAULT=f"{ddp.id}:raise@3"), timeout=1500)
     assert run.returncode == 1, run.stderr[-3000:]  # one failed cell
     assert not run.alive(), f"left running: {ray_processes_alive(run.alive())}"
     assert any("raylet" in c for c in run.cmdlines.values()), "suite started no Ray nodes?"
@@ -92,7 +88,8 @@ def test_ray_private_cluster(tmp_path, torchrun_curves):
     assert ray["driver_pid"] == first["pid"] and ray["driver_reused"]
     phases = ray["phases"]  # the cell's wall, phase by phase; the run's one-time costs on the first cell only
     assert phases["cluster_start"] == 0 == phases["driver_start"]
-    assert failed["extra"]["ray"]["phases"]["cluster_start"] > 0 and failed["extra"]["ray"]["phases"]["driver_start"] > 0
+    first_phases = failed["extra"]["ray"]["phases"]
+    assert first_phases["cluster_start"] > 0 and first_phases["driver_start"] > 0
     inside = sum(v for k, v in phases.items() if k not in ("cluster_start", "driver_start", "wall", "other"))
     assert 0 <= phases["wall"] - inside == pytest.approx(phases["other"])
     assert phases["checkpoint"] > 0 and phases["train"] > 0
@@ -146,7 +143,7 @@ def test_ray_worker_killed(tmp_path, torchrun_curves):
     try:
         cluster.start()
         run = run_cli(["run", str(path), "--results", str(results), "--ray-address", cluster.address], tmp_path,
-                      _ray_env(SUITE_FAULT=f"{cell.id}:hang@{HANG}"), timeout=1500, watch=kill_rank1_while_held)
+                      ray_env(SUITE_FAULT=f"{cell.id}:hang@{HANG}"), timeout=1500, watch=kill_rank1_while_held)
     finally:
         cluster_pids = cluster.pids()
         left = cluster.stop()

@@ -2,11 +2,16 @@
 
 The baseline is a history: 5 stored runs of smoke made on the development machine (scripts/noise-campaign's
 history phase), so the timing checks are judged against those runs' own spread (docs/compare.md), and this
-test checks they were.  The timing thresholds stay wide because CI may be another machine (another CPU, other
-load): a history made on one machine says nothing about another's speed, and only a 10x slowdown fails here;
-what is deterministic on CPU stays tight — every cell must still run ok and pass its gates (the ZeRO curves
-match DDP's), the final loss must agree to 0.1 %, and the counted model-state bytes to 1 %.  Environment
-differences (another CPU model, another torch build) are only shown.
+test checks they were.  A history made on one machine in one state says little about another state's speed,
+so the timing thresholds absorb the machine states measured on the development machine (2026-12-02, commit
+eade9f2, against this baseline): idle, a rerun's step medians were 35-67% *faster* (the history was recorded
+under load); with a one-core busy loop beside it, -30% to +3%.  So step_time=100% and tokens_per_s=50%: a
+cell twice as slow as the history, beyond the history's own band, fails (900% before: 10x), and no machine
+state seen here comes near it.  That is all a cross-state check can hold: relative to an idle run here, a
+cell must get 4-7x slower to fail (the history's band is 25-69% wide on top of the 2x).  What is deterministic on CPU stays tight: every cell must still run
+ok and pass its gates (the ZeRO curves match DDP's), the final loss must agree to 0.1 %, and the counted
+model-state bytes to 1 %.  Environment differences (another CPU model, another torch build) are only shown.
+Finer timing changes are the job of a same-machine comparison: tests/e2e/test_compare_noise.py plants one.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import pytest
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "results" / "baselines" / "smoke"
-WIDE = ["--threshold", "tokens_per_s=90%", "--threshold", "step_time=900%",
+WIDE = ["--threshold", "tokens_per_s=50%", "--threshold", "step_time=100%",
         "--threshold", "final_loss=0.1%", "--threshold", "peak_memory=1%"]
 
 

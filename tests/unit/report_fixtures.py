@@ -1,21 +1,30 @@
-"""A fixture factory for report/compare tests: real Cells, synthetic measurements, stored in the runner's layout.
+"""A fixture factory for report/compare tests: real Cells, synthetic measurements, the runner's own aggregation.
 
-Cells come from suite.cells.expand (so ids, axes and the planner's prediction are the real ones); the measured
-side (step times, losses, memory) is generated from a seeded RNG with the knobs a test needs to plant a change:
-a slower step time, more noise, more memory, another status.  write_run() stores them exactly as `suite run`
-does: <root>/<scenario>/<NNNN>_<sha7>_<utc>/{manifest.json, scenario.yaml, cells/<cell_id>-r<repeat>.json}.
+Cells come from suite.cells.expand (so ids, axes and the planner's prediction are the real ones).  Only what a
+worker measures is synthetic: rank 0's record (step times, losses, gradient norms, tensor bytes, CUDA peaks,
+setup times), generated from a seeded RNG with the knobs a test needs to plant a change (a slower step, more
+noise, more memory, another status).  Everything derived from it (step statistics, throughput, MFU, memory
+ratios, overhead) is computed by the runner's own code: the record is written to a work folder and read back
+by suite.runner.cell.build_result, exactly as `suite run` does after a launch, so a change to the runner's
+aggregation shows in every report and compare test instead of being re-implemented here.  write_run() stores
+the results in the runner's layout: <root>/<scenario>/<NNNN>_<sha7>_<utc>/{manifest.json, scenario.yaml,
+cells/<cell_id>-r<repeat>.json}.  Recorded real runs live in tests/fixtures/ (each with the command that remakes it).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from suite.cells import Cell, expand
+from suite.launch import LaunchResult
 from suite.plan import predict
-from suite.results.schema import CellResult, Gate, Manifest, MemoryComparison, Mfu, Overhead, StepStats, Throughput
+from suite.results.schema import CellResult, CudaMemory, Gate, Manifest, RankRecord, SetupTimes, TensorBytes
+from suite.runner.cell import build_result
 from suite.scenario import Scenario
 
 BASE_SCENARIO: dict[str, Any] = {
@@ -23,6 +32,9 @@ BASE_SCENARIO: dict[str, Any] = {
     "micro_batch_size": 4, "global_batch_size": 16, "steps": 30, "warmup_steps": 5, "device": "cpu",
     "optimizer": {"name": "adamw", "lr": 3.0e-3, "weight_decay": 0.0},
 }
+T0 = 1735689600.0  # 2025-01-01T00:00:00Z: every synthetic launch starts then, so stored results are reproducible
+SETUP = SetupTimes(process_group=0.5, model_build=0.8, strategy=0.2, data=0.5, total=2.0)
+LAUNCH_S, TEARDOWN_S = 1.0, 0.5  # seconds before the worker's setup and after its last step
 
 
 def make_cells(**overrides: Any) -> list[Cell]:
@@ -30,72 +42,69 @@ def make_cells(**overrides: Any) -> list[Cell]:
     return expand(Scenario.model_validate({**BASE_SCENARIO, **overrides}))
 
 
-def _quantile(values: list[float], q: float) -> float:
-    data = sorted(values)
-    pos = (len(data) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+def make_record(cell: Cell, *, step_time_s: float = 0.1, noise: float = 0.02, n_steps: int = 25, seed: Any = 0,
+                memory_scale: float = 1.05, loss_start: float = 4.0, loss_end: float = 2.5,
+                memory: str = "cuda") -> RankRecord:
+    """Rank 0's record of one launch of `cell`, as a worker writes it (rank0.json), with seeded measurements.
 
-
-def make_result(cell: Cell, *, repeat: int = 0, status: str = "ok", step_time_s: float = 0.1, noise: float = 0.02,
-                n_steps: int = 25, seed: int = 0, memory_scale: float = 1.05, loss_start: float = 4.0,
-                loss_end: float = 2.5, gates: list[Gate] | None = None, peak_flops: float | None = None,
-                memory: str = "cuda") -> CellResult:
-    """One stored CellResult of `cell` with seeded synthetic measurements.
-
-    step times ~ step_time_s * (1 + noise * N(0, 1)); measured memory = the prediction x memory_scale (activations
-    at 60% of the textbook value, as fused kernels give); memory="cuda" measures a CUDA peak, "states" only the
-    counted tensor bytes (a CPU run), "none" nothing.  Statuses other than ok/gate-failed carry no measurements.
+    Measured step times ~ step_time_s * (1 + noise * N(0, 1)), after `cell.warmup_steps` warm-up steps 3x as
+    long (the runner must leave those out).  Tensor bytes = the prediction x memory_scale; memory="cuda" adds
+    CUDA allocator peaks (states + activations at 60% of the textbook value, as fused kernels give; reserved
+    1.2x), "states" only the counted tensor bytes (a CPU run), "none" neither.
     """
-    rng = random.Random(f"{cell.id}-{repeat}-{seed}")
-    pred = predict(cell)
-    ran = status in ("ok", "gate-failed")
-    base: dict[str, Any] = dict(
-        cell_id=cell.id, repeat=repeat, axes=cell.axes(), cell=cell.model_dump(mode="json"), status=status,
-        started_at="2025-01-01T00:00:00Z", finished_at="2025-01-01T00:01:00Z", launcher=cell.launcher,
-        prediction=pred.model_dump(mode="json"), gates=gates or [],
-    )
-    if not ran:
-        steps_done = 7 if status == "diverged" else 0
-        losses = [loss_start - 0.01 * i for i in range(steps_done)]
-        return CellResult(**base, error=f"planted {status}", losses=losses)
+    rng = random.Random(seed)
+    pm = predict(cell).memory_bytes.model_dump()
+    warm = [3 * step_time_s] * cell.warmup_steps
     times = [max(1e-6, step_time_s * (1 + noise * rng.gauss(0, 1))) for _ in range(n_steps)]
     total_steps = n_steps + cell.warmup_steps
-    # the same curve for every strategy, up to float noise (as fp32 runs on CPU agree to ~1e-6)
+    # the same curves for every strategy, up to float noise (as fp32 runs on CPU agree to ~1e-6)
     losses = [loss_end + (loss_start - loss_end) * math.exp(-4 * i / total_steps) + rng.gauss(0, 1e-6)
               for i in range(total_steps)]
-    tokens_per_step = cell.global_batch_size * cell.seq_len
-    med, mean = _quantile(times, 0.5), sum(times) / n_steps
-    tps = tokens_per_step / mean  # the runner's definition: per step / mean step time
-    pm = pred.memory_bytes.model_dump()
-    # the runner's keys (suite/runner/aggregate.py): counted tensor bytes, tracker peaks, CUDA allocator peaks
-    measured: dict[str, float | None] = dict.fromkeys(
-        ("parameters", "gradients", "optimizer_states", "activations", "unsharded_parameters", "total_tracker",
-         "total_cuda", "reserved_cuda"))
+    grad_norms = [0.5 + 2.0 * math.exp(-3 * i / total_steps) + rng.gauss(0, 1e-6) for i in range(total_steps)]
+    tensor_bytes = cuda = None
     if memory in ("cuda", "states"):
-        states = [pm[k] * memory_scale for k in ("parameters", "gradients", "optimizer_states")]
-        measured.update(parameters=states[0], gradients=states[1], optimizer_states=states[2])
+        tensor_bytes = TensorBytes(**{k: int(pm[k] * memory_scale)
+                                      for k in ("parameters", "gradients", "optimizer_states", "master_weights")})
     if memory == "cuda":
-        measured["activations"] = pm["activations"] * 0.6 * memory_scale
-        measured["total_cuda"] = sum(states) + pm["master_weights"] * memory_scale + measured["activations"]
-        measured["reserved_cuda"] = measured["total_cuda"] * 1.2
-    ratio = {k: (measured[k] / pm[k] if measured.get(k) is not None and pm.get(k) else None)
-             for k in ("parameters", "gradients", "optimizer_states", "activations")}
-    ratio["total_cuda"] = measured["total_cuda"] / pm["total"] if measured["total_cuda"] is not None else None
-    flops = pred.flops_per_token
-    return CellResult(
-        **base, losses=losses, final_loss=losses[-1], step_times_s=times,
-        step_time=StepStats(n=n_steps, median=med, p10=_quantile(times, 0.1), p90=_quantile(times, 0.9),
-                            mean=mean),
-        throughput=Throughput(tokens_per_s=tps, tokens_per_s_per_device=tps / cell.gpus,
-                              samples_per_s=cell.global_batch_size / mean),
-        mfu=Mfu(value=None if peak_flops is None else tps / cell.gpus * flops / peak_flops,
-                formula="6N + 12 L h s per token", flops_per_token=flops, peak_flops=peak_flops,
-                peak_source=None if peak_flops is None else "datasheet", precision=cell.precision),
-        memory=MemoryComparison(measured=measured, predicted=pm, ratio=ratio),
-        overhead_s=Overhead(launch=1.0, setup=2.0, train=sum(times), teardown=0.5, wall=sum(times) + 3.5),
-    )
+        allocated = int(sum(tensor_bytes.model_dump().values()) + pm["activations"] * 0.6 * memory_scale)
+        cuda = CudaMemory(max_memory_allocated=allocated, max_memory_reserved=int(allocated * 1.2),
+                          num_alloc_retries=0, num_ooms=0)
+    return RankRecord(
+        cell_id=cell.id, rank=0, world_size=cell.gpus, local_rank=0, hostname="fixture-host",
+        device="cuda:0" if memory == "cuda" else "cpu", device_name="Fixture GPU" if memory == "cuda" else "AMD EPYC",
+        status="ok", losses=losses, step_times_s=warm + times, grad_norms=grad_norms,
+        warmup_steps=cell.warmup_steps, tokens_per_step=cell.global_batch_size * cell.seq_len,
+        samples_per_step=cell.global_batch_size, tensor_bytes=tensor_bytes, cuda_memory=cuda, setup_s=SETUP,
+        train_s=sum(warm) + sum(times), teardown_s=TEARDOWN_S)
+
+
+def make_result(cell: Cell, *, repeat: int = 0, status: str = "ok", gates: list[Gate] | None = None,
+                loss_start: float = 4.0, seed: int = 0, **measured: Any) -> CellResult:
+    """One stored CellResult of `cell`: make_record's synthetic record run through the runner's build_result.
+
+    `status` ok or gate-failed: a launched cell with those gates (the gates are judged elsewhere, so they are
+    given); any other status is a cell that produced no measurements (diverged ones keep 7 losses)."""
+    base_seed = f"{cell.id}-{repeat}-{seed}"
+    if status not in ("ok", "gate-failed"):
+        steps_done = 7 if status == "diverged" else 0
+        return CellResult(
+            cell_id=cell.id, repeat=repeat, axes=cell.axes(), cell=cell.model_dump(mode="json"), status=status,
+            started_at="2025-01-01T00:00:00Z", finished_at="2025-01-01T00:01:00Z", launcher=cell.launcher,
+            prediction=predict(cell).model_dump(mode="json"), gates=gates or [], error=f"planted {status}",
+            losses=[loss_start - 0.01 * i for i in range(steps_done)])
+    record = make_record(cell, seed=base_seed, loss_start=loss_start, **measured)
+    with tempfile.TemporaryDirectory(prefix="suite-fixture-") as tmp:
+        work = Path(tmp) / "work" / f"{cell.id}-r{repeat}"
+        work.mkdir(parents=True)
+        for rank in range(cell.gpus):  # every rank writes one; rank 0's is the one the runner reports
+            rank_record = record.model_copy(update={"rank": rank, "local_rank": rank})
+            (work / f"rank{rank}.json").write_text(rank_record.model_dump_json(), encoding="utf-8")
+        (work / "events.jsonl").write_text(json.dumps({"event": "setup_done", "t": T0 + LAUNCH_S + SETUP.total}) + "\n",
+                                          encoding="utf-8")
+        wall = LAUNCH_S + SETUP.total + record.train_s + TEARDOWN_S
+        launch = LaunchResult(launcher=cell.launcher, returncode=0, started=T0, ended=T0 + wall)
+        result = build_result(cell, repeat, launch, work, Path(tmp), device=record.device, session="fixture")
+    return result.model_copy(update={"status": status, "gates": gates or []})
 
 
 def make_manifest(scenario: str = "fixture", run_no: int = 1, *, created_at: str | None = None,

@@ -7,17 +7,14 @@ import io
 import json
 import os
 import signal
-import time
 
 import pytest
 from rich.console import Console
 
-from suite.cells import Cell
-from suite.launch import LaunchResult
 from suite.results import store
-from suite.results.schema import RankRecord, SetupTimes
 from suite.runner import run as run_mod
 from suite.runner.run import RunError, RunOptions, run_scenario
+from stand_in_launcher import install
 
 SCENARIO = """\
 name: loop
@@ -36,36 +33,9 @@ convergence: {match: {strategy: ddp}}
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    """A scenario file, a results root, and a launcher that writes rank records (behaviour per cell id)."""
-    path = tmp_path / "loop.yaml"
-    path.write_text(SCENARIO)
-    monkeypatch.setattr(run_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
-    calls, behaviour = [], {}
-
-    def fake_launch(request, *, stop, on_poll):
-        cell, workdir = Cell.model_validate_json(request.payload.read_text()), request.workdir
-        calls.append(cell)
-        what = behaviour.get(cell.id, "ok")
-        if what == "crash":
-            raise RuntimeError("launcher bug")
-        if what in ("SIGINT", "SIGTERM"):
-            os.kill(os.getpid(), getattr(signal, what))  # as Ctrl-C / kill would: the runner's handler sets `stop`
-            assert stop.wait(5)
-            return LaunchResult(launcher="torchrun", returncode=-15, interrupted=True, started=1.0, ended=2.0)
-        t = time.time()
-        (workdir / "events.jsonl").write_text(f'{{"event": "setup_done", "t": {t}}}\n')
-        losses = [3.0, 2.0, 1.0 + (0.5 if what == "drift" else 0.0) + 1.0 / cell.global_batch_size]
-        for rank in range(cell.gpus):
-            (workdir / f"rank{rank}.json").write_text(RankRecord(
-                cell_id=cell.id, rank=rank, world_size=cell.gpus, local_rank=rank, hostname="h", device="cpu",
-                device_name="cpu", status="ok", losses=losses, step_times_s=[0.2, 0.1, 0.1], warmup_steps=1,
-                tokens_per_step=64, samples_per_step=4, train_s=0.4,
-                setup_s=SetupTimes(process_group=0, model_build=0, strategy=0, data=0, total=0.1)).model_dump_json())
-        return LaunchResult(launcher="torchrun", returncode=0, started=t - 1.0, ended=t + 1.0)
-
-    monkeypatch.setattr(run_mod, "launch", fake_launch)
-    console = Console(file=io.StringIO(), width=200)
-    return path, tmp_path / "results", calls, behaviour, console
+    """A scenario file, a results root, the stand-in launcher's calls and behaviours, a quiet console."""
+    path, results, calls, behaviour = install(monkeypatch, tmp_path, SCENARIO, "loop")
+    return path, results, calls, behaviour, Console(file=io.StringIO(), width=200)
 
 
 def _cells(path):

@@ -5,18 +5,14 @@ over, and `--force` on infeasible cells.  The real launches: tests/e2e/test_run_
 from __future__ import annotations
 
 import json
-import os
 import signal
-import time
 
 import pytest
 
-from suite.cells import Cell, load_cells
+from suite.cells import load_cells
 from suite.console import EXIT_INPUT, EXIT_OK
-from suite.launch import LaunchResult
-from suite.results.schema import RankRecord, SetupTimes
-from suite.runner import run as run_mod
 from tests.scenario_texts import infeasible
+from stand_in_launcher import install
 
 SCENARIO = """\
 name: resumed
@@ -34,31 +30,8 @@ device: cpu
 
 @pytest.fixture
 def world(tmp_path, monkeypatch):
-    """(scenario path, results root, launched cells, behaviour by cell id: "ok" | "SIGINT")."""
-    path = tmp_path / "resumed.yaml"
-    path.write_text(SCENARIO)
-    monkeypatch.setattr(run_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
-    calls, behaviour = [], {}
-
-    def fake_launch(request, *, stop, on_poll):
-        cell, workdir = Cell.model_validate_json(request.payload.read_text()), request.workdir
-        calls.append(cell)
-        if behaviour.get(cell.id) == "SIGINT":
-            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C would: the runner's handler sets `stop`
-            assert stop.wait(5)
-            return LaunchResult(launcher="torchrun", returncode=-15, interrupted=True, started=1.0, ended=2.0)
-        t = time.time()
-        (workdir / "events.jsonl").write_text(f'{{"event": "setup_done", "t": {t}}}\n')
-        for rank in range(cell.gpus):
-            (workdir / f"rank{rank}.json").write_text(RankRecord(
-                cell_id=cell.id, rank=rank, world_size=cell.gpus, local_rank=rank, hostname="h", device="cpu",
-                device_name="cpu", status="ok", losses=[3.0, 2.0, 1.0], step_times_s=[0.2, 0.1, 0.1],
-                warmup_steps=1, tokens_per_step=64, samples_per_step=4, train_s=0.4,
-                setup_s=SetupTimes(process_group=0, model_build=0, strategy=0, data=0, total=0.1)).model_dump_json())
-        return LaunchResult(launcher="torchrun", returncode=0, started=t - 1.0, ended=t + 1.0)
-
-    monkeypatch.setattr(run_mod, "launch", fake_launch)
-    return path, tmp_path / "results", calls, behaviour
+    """(scenario path, results root, launched cells, behaviour by cell id: "ok" | "SIGINT"): stand_in_launcher."""
+    return install(monkeypatch, tmp_path, SCENARIO, "resumed")
 
 
 def _cells(path):

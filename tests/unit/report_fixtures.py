@@ -104,6 +104,8 @@ def make_result(cell: Cell, *, repeat: int = 0, status: str = "ok", gates: list[
         wall = LAUNCH_S + SETUP.total + record.train_s + TEARDOWN_S
         launch = LaunchResult(launcher=cell.launcher, returncode=0, started=T0, ended=T0 + wall)
         result = build_result(cell, repeat, launch, work, Path(tmp), device=record.device, session="fixture")
+    # the runner must accept the synthetic record as a measured cell; only then are the (given) gates applied
+    assert result.status == "ok" and result.error is None, (cell.id, result.status, result.error)
     return result.model_copy(update={"status": status, "gates": gates or []})
 
 

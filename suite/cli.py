@@ -2,58 +2,18 @@
 
 from __future__ import annotations
 
-import errno
 import json
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from typer.core import TyperGroup
 
 from suite import __version__
+from suite.cli_crash import CrashGroup, crash
 
-# An uncaught exception is a bug in suite, never a verdict: Python and click would exit 1, which is also
-# `run`'s "a cell failed" and `compare`'s "regression", so CI would read a crash as a finding.  It exits
-# EXIT_INTERNAL (70, BSD's EX_SOFTWARE) with its traceback instead, in-process (CliRunner) as from the shell.
-# typer's own ends (usage errors: 2). Not EOFError: suite never prompts, so one is a truncated file read by
-# suite (typer would turn it into "Aborted.", exit 1).
-_PASS_THROUGH = (typer.Exit, typer.Abort, typer.TyperException)
+# A crash (an exception no command handled) exits 70 with its traceback, never 1: suite/cli_crash.py.
 
-
-def _crash(exc: Exception) -> typer.Exit:
-    """The traceback and one `error:` line on stderr; the Exit to raise (a bad SUITE_PLUGINS is the user's: 2)."""
-    import sys
-    import traceback
-
-    from suite.console import EXIT_INPUT, EXIT_INTERNAL
-    from suite.strategies.registry import PluginError
-
-    if isinstance(exc, PluginError):  # a bad SUITE_PLUGINS: a clean error, whichever command met it first
-        _error(exc)
-        return typer.Exit(EXIT_INPUT)
-    traceback.print_exception(exc, file=sys.stderr)
-    _error(f"internal error (a bug in suite, exit {EXIT_INTERNAL}): {type(exc).__name__}: {exc}; "
-           "please report it with the traceback above")
-    return typer.Exit(EXIT_INTERNAL)
-
-
-class _Group(TyperGroup):
-    """suite's top-level group: every sub-command runs inside its invoke, so one handler sees every crash."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except _PASS_THROUGH:
-            raise
-        except OSError as exc:
-            if exc.errno == errno.EPIPE:  # stdout closed early (`suite ... | head`): nothing is wrong, but click
-                raise typer.Exit(141) from None  # would exit 1 (a "regression"); 128 + SIGPIPE, as a shell reports it
-            raise _crash(exc) from None
-        except Exception as exc:
-            raise _crash(exc) from None
-
-
-app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True,
+app = typer.Typer(cls=CrashGroup, add_completion=False, no_args_is_help=True,
                   help="Reproducible benchmarks for distributed PyTorch training.")
 
 
@@ -309,8 +269,8 @@ def export(results: List[Path] = typer.Argument(..., help="Run folders, scenario
 def main() -> None:
     try:
         app()
-    except Exception as exc:  # outside any command's invoke (the top level's own arguments): as _Group does
-        raise SystemExit(_crash(exc).exit_code) from None
+    except Exception as exc:  # outside any command's invoke (the top level's own arguments): as CrashGroup does
+        raise SystemExit(crash(exc).exit_code) from None
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@
 re-renders the index, the scenario page, the 4 cell pages (each got a point: the figures are most of the time)
 and the new run's page, and leaves the other 100 run pages alone.  That incremental behaviour is asserted on
 what was rendered, not on the clock; pytest-benchmark reports the times.  Measured on the 2-core development
-machine (2026-12-02) at nice 19 beside two CPU-bound processes: from scratch 19 s, one more night a 0.67 s
-median (4.2 s for its slowest round).  The time caps (120 s, 30 s) only catch a blow-up (every page
-re-rendered, a quadratic scan), with room for a loaded machine.
+machine (2026-12-02): beside one busy loop (scripts/test-under-load), from scratch 0.90 s and one more night
+0.73 s (median of 3); at nice 19 beside two CPU-bound processes, 19 s and 0.67 s (4.2 s for its slowest
+round).  The time caps (120 s, 30 s) only catch a blow-up (every page re-rendered, a quadratic scan), with
+room for a starved machine.
 """
 
 from __future__ import annotations

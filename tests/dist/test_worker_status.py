@@ -79,3 +79,42 @@ def test_fault_spec_parsing():
         parse("a:explode@1", "a")
     with pytest.raises(ValueError, match="malformed"):
         parse("a:raise", "a")
+
+
+
+# suite.worker's own main under an address-space limit: ROOM bytes above what the interpreter, torch and suite
+# already map.  gpt-tiny at micro-batch 8192 x 256 tokens keeps 512 MiB per hidden-size activation for the
+# backward (more than 12 GiB in all); at micro-batch 8 it needs a few MiB.
+_LIMITED = """
+import resource, sys
+import torch  # noqa: F401  (mapped before the limit is measured: torch's libraries take gigabytes of address space)
+from suite.worker import __main__ as entry
+size = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (size + int(sys.argv[3]), resource.RLIM_INFINITY))
+sys.exit(entry.main(sys.argv[1:3]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("micro_batch, status, code", [(8, "ok", 0), (8192, "oom", 4)])
+def test_a_real_cpu_allocation_failure_is_oom(tmp_path, micro_batch, status, code):
+    """No patched builder: under a 1 GiB address-space limit (RLIMIT_AS) the CPU allocator itself refuses a
+    tensor of the oversized micro-batch, and the worker records oom (exit 4) with the allocator's message, the
+    way an oversized micro-batch fails on a CPU host.  The small micro-batch under the same limit trains: the
+    limit alone is not what fails."""
+    import subprocess
+    import sys
+
+    from tests.dist.spawn import ROOT, worker_env
+
+    cell = make_cell(gpus=1, steps=2, seq_len=256, micro_batch_size=micro_batch, global_batch_size=micro_batch)
+    (tmp_path / "cell.json").write_text(cell.model_dump_json())
+    env = {k: v for k, v in worker_env().items() if k not in ("MASTER_ADDR", "SUITE_FAULT")}
+    done = subprocess.run([sys.executable, "-c", _LIMITED, str(tmp_path / "cell.json"), str(tmp_path / "out"),
+                           str(1024**3)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    record = RankRecord.model_validate_json((tmp_path / "out" / "rank0.json").read_text())
+    assert (done.returncode, record.status) == (code, status), (done.returncode, record.error, done.stderr[-2000:])
+    if status == "oom":
+        assert "DefaultCPUAllocator: can't allocate memory" in record.error and record.losses == []
+    else:
+        assert len(record.losses) == 2 and record.error is None

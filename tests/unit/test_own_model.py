@@ -2,7 +2,7 @@
 
 Single process, CPU: parameter counts against transformers' own, the loss against transformers' own shifted
 loss, the planner's analytic / traced-only split, and one clear error per bad input at validation time.
-(2 gloo ranks against 1, and traced against measured peaks: tests/dist/test_own_model.py.)
+(2 gloo ranks against 1, and traced against measured peaks: tests/dist/test_own_model_ranks.py.)
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ Process hygiene.  torchrun starts every worker in a *new session* (its own proce
 torchrun's group does not reach the workers, and killing torchrun hard orphans them.  So the launcher:
 1. starts torchrun in a new session too (a Ctrl-C in the terminal reaches the runner only, which decides);
 2. remembers every descendant it sees while the cell runs (psutil, a few times a second), and makes the
-   runner a child subreaper (Linux prctl) so orphans are re-parented to it instead of init;
+   runner a child subreaper (Linux prctl) while the cell runs, so orphans are re-parented to it instead of
+   init (and reaped: no zombies are left behind);
 3. to stop a cell (timeout, Ctrl-C): SIGTERM to every remembered process and its process group, waits a grace
    period, then SIGKILLs whatever is left, and reaps it;
 4. after a normal exit, kills any remembered process still alive (recorded in extra["stray_killed"]);
@@ -26,6 +27,7 @@ every launcher; `TreeHandle` here says what "every process of the cell" is.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -107,15 +109,63 @@ def environment(request: LaunchRequest, base: dict[str, str] | None = None) -> d
     return env
 
 
-def become_subreaper() -> bool:
-    """Have orphaned descendants re-parented to this process (Linux only; best effort)."""
+_PR_GET_CHILD_SUBREAPER = 37
+_subreaper_lock = threading.Lock()
+_subreaper_users = 0  # cells running now (run_cell from several threads)
+_subreaper_owned = False  # whether this module turned subreaping on, and so turns it off again
+
+
+def _prctl(option: int, arg) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
+        return ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # no libc prctl (unusual builds): the run still works, orphans go to init
         return False
+
+
+def is_subreaper() -> bool:
+    """Whether orphaned descendants are re-parented to this process now (Linux; False elsewhere)."""
+    value = ctypes.c_int(0)
+    return _prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value)) and value.value != 0
+
+
+@contextlib.contextmanager
+def subreaper():
+    """Be a child subreaper while a cell runs, and only then (Linux; best effort).
+
+    Only while: a process that stays a subreaper adopts every orphan of everything it ever starts, long after
+    its cells — a `dockerd` that scripts/docker-setup daemonizes from a pytest fixture, the processes a Ray
+    cluster leaves behind — and never reaps them (zombies pile up; tests that look for leftover children
+    find a daemon). Counted, so that overlapping cells keep it on until the last one ends; a process that
+    was a subreaper before the first (set by someone else) stays one.
+    """
+    global _subreaper_users, _subreaper_owned
+    with _subreaper_lock:
+        if _subreaper_users == 0:
+            _subreaper_owned = not is_subreaper() and _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        _subreaper_users += 1
+    try:
+        yield
+    finally:
+        with _subreaper_lock:
+            _subreaper_users -= 1
+            if _subreaper_users == 0 and _subreaper_owned:
+                _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+
+
+def _reap_adopted(procs) -> list[int]:
+    """Reap the cell's processes that were re-parented to us and have exited (else they stay zombies until
+    this process exits); only those: other zombies among our children belong to whoever started them."""
+    reaped = []
+    for p in procs:
+        try:
+            if p.is_running() and p.ppid() == os.getpid() and p.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(p.pid, os.WNOHANG)
+                reaped.append(p.pid)
+        except (psutil.NoSuchProcess, ChildProcessError):
+            continue  # already reaped (psutil.wait_procs, or subprocess for the launcher itself)
+    return reaped
 
 
 def _descendants(root: psutil.Process, since: float) -> list[psutil.Process]:
@@ -187,6 +237,7 @@ class TreeHandle:
     def wait(self) -> int | None:
         code = self.proc.wait()
         psutil.wait_procs(self._signalled, timeout=5)
+        _reap_adopted([p for pid, p in self.known.items() if pid != self.proc.pid])
         return code
 
 
@@ -196,8 +247,7 @@ def run_cell(request: LaunchRequest, *, stop: threading.Event, on_poll: Callable
     log_path = Path(request.workdir) / "launcher.log"
     cmd = command(request)
     result = LaunchResult(launcher="torchrun", log_path=log_path, extra={"command": cmd})
-    become_subreaper()
-    with open(log_path, "wb") as log:
+    with subreaper(), open(log_path, "wb") as log:
         result.started = time.time()
         env = environment(request)
         env[lifeline.PARENT_ENV] = str(os.getpid())  # here only: inside a container this pid means nothing

@@ -87,10 +87,13 @@ def test_worker_ignoring_sigterm_is_killed_and_reaped(tmp_path, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
     stop, seen, cmdlines, started = threading.Event(), {}, {}, {}
+    # Children this process had before the cell (a dockerd daemonized by the docker fixture, if this process
+    # was a subreaper then) are not the cell's: only what appears during the run must be gone after it.
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
 
     def on_poll():
         for p in psutil.Process().children(recursive=True):
-            if p.pid not in seen:
+            if p.pid not in seen and p.pid not in before:
                 seen[p.pid], cmdlines[p.pid] = p, " ".join(_cmdline(p))
         if (work / "events.jsonl").exists():
             started.setdefault("t", time.monotonic())

@@ -40,29 +40,26 @@ _PR_SET_PDEATHSIG = 1
 _PR_GET_PDEATHSIG = 2
 
 
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
+def prctl(option: int, arg) -> bool:
+    """Linux prctl(option, arg); False when it fails or where there is none (other systems, unusual builds:
+    the run still works, without the guard). The one wrapper for suite's prctl calls (torchrun's too)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # no libc prctl
+        return False
 
 
 def set_parent_death_signal(sig: int) -> bool:
     """Ask the kernel to send `sig` to this process when its parent thread exits; False when unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return _libc().prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError):  # no libc prctl (unusual builds): the run still works, unguarded
-        return False
+    return prctl(_PR_SET_PDEATHSIG, int(sig))
 
 
 def parent_death_signal() -> int:
     """The parent-death signal currently set for this process (0: none; also 0 where unsupported)."""
-    if not sys.platform.startswith("linux"):
-        return 0
     value = ctypes.c_int(0)
-    try:
-        _libc().prctl(_PR_GET_PDEATHSIG, ctypes.byref(value), 0, 0, 0)
-    except (OSError, AttributeError):
-        return 0
+    prctl(_PR_GET_PDEATHSIG, ctypes.byref(value))  # on failure value stays 0
     return value.value
 
 

@@ -115,19 +115,10 @@ _subreaper_users = 0  # cells running now (run_cell from several threads)
 _subreaper_owned = False  # whether this module turned subreaping on, and so turns it off again
 
 
-def _prctl(option: int, arg) -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0) == 0
-    except (OSError, AttributeError):  # no libc prctl (unusual builds): the run still works, orphans go to init
-        return False
-
-
 def is_subreaper() -> bool:
     """Whether orphaned descendants are re-parented to this process now (Linux; False elsewhere)."""
     value = ctypes.c_int(0)
-    return _prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value)) and value.value != 0
+    return lifeline.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value)) and value.value != 0
 
 
 @contextlib.contextmanager
@@ -143,7 +134,7 @@ def subreaper():
     global _subreaper_users, _subreaper_owned
     with _subreaper_lock:
         if _subreaper_users == 0:
-            _subreaper_owned = not is_subreaper() and _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+            _subreaper_owned = not is_subreaper() and lifeline.prctl(_PR_SET_CHILD_SUBREAPER, 1)
         _subreaper_users += 1
     try:
         yield
@@ -151,7 +142,7 @@ def subreaper():
         with _subreaper_lock:
             _subreaper_users -= 1
             if _subreaper_users == 0 and _subreaper_owned:
-                _prctl(_PR_SET_CHILD_SUBREAPER, 0)
+                lifeline.prctl(_PR_SET_CHILD_SUBREAPER, 0)
 
 
 def _reap_adopted(procs) -> list[int]:

@@ -29,8 +29,8 @@ import torch.distributed as dist
 from suite.comm.busbw import algbw, busbw_factor, effective_bytes
 from suite.comm.record import CommArgs, CommResult, CommRun
 from suite.results.env import cpu_model
+from suite.results.schema import StepStats
 from suite.results.store import utc_iso, write_atomic
-from suite.runner.aggregate import step_stats
 
 # torch 2.14 renamed the flat-tensor collectives (the old names still work but warn); older torch lacks the new.
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -103,7 +103,7 @@ def measure(op: str, requested: int, args: CommArgs, device: torch.device, devic
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     dist.all_reduce(wrong)  # wrong iterations summed over ranks
-    stats = step_stats(slowest.cpu().tolist())
+    stats = StepStats.of(slowest.cpu().tolist())
     factor = busbw_factor(op, n)
     bw = algbw(nbytes, stats.median)
     return CommResult(op=op, bytes=nbytes, requested_bytes=requested, world_size=n, dtype=args.dtype,

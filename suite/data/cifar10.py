@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from suite.data import Batch, Data
+from suite.data.source import Batch, Data
 
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)

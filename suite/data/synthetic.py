@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from suite.data import Batch, Data, mix
+from suite.data.source import Batch, Data, mix
 
 SUCCESSORS = 4
 PROBS = (0.55, 0.25, 0.15, 0.05)

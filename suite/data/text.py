@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from suite.data import EVAL_TAG, Batch, Data, mix
-from suite.scenario_data import EVAL_FRACTION
+from suite.data.source import EVAL_TAG, Batch, Data, mix
+from suite.scenario.data import EVAL_FRACTION
 
 MAX_BYTES = 8 * 1024 * 1024
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}

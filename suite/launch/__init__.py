@@ -13,7 +13,7 @@ work folder, where the runner reads them and decides the cell's status.  Every l
 - `on_poll`: called a few times a second while the cell runs (the runner updates its progress display).
 Watching, timeouts and stopping are the same for all of them: suite/launch/supervise.py.
 
-`launch()` picks the launcher the request names: `torchrun`, `ray` (suite.launch.ray), or `container`
+`launch()` picks the launcher the request names: `torchrun`, `ray` (suite.launch.ray.launcher), or `container`
 (`suite run --image IMAGE`: the same torchrun command inside a fresh container).  The runner builds requests
 from cells (suite.runner.cell.launch_request); other callers (suite.comm.launch) build their own.
 """

@@ -1,7 +1,7 @@
 """A cell's container must not outlive its runner: a watchdog while it runs, and a sweep at the next start.
 
 A container's processes are the Docker daemon's children, not the runner's, so parent-death signals
-(suite/launch/lifeline.py) cannot reach them.  Two things cover a runner that is killed hard:
+(suite/lifeline.py) cannot reach them.  Two things cover a runner that is killed hard:
 
 - while a cell runs, a tiny watchdog process (`python -m suite.launch.container_watch CONTAINER_ID`, the
   runner's child, in a session of its own so a terminal's Ctrl-C or the runner's process group kill does not

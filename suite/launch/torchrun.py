@@ -18,7 +18,7 @@ torchrun's group does not reach the workers, and killing torchrun hard orphans t
    period, then SIGKILLs whatever is left, and reaps it;
 4. after a normal exit, kills any remembered process still alive (recorded in extra["stray_killed"]);
 5. when the runner itself dies hard (SIGKILL, OOM killer), the launcher process and the ranks die with it:
-   suite/launch/lifeline.py (parent-death signals; the launcher learns the runner's pid from PARENT_ENV).
+   suite/lifeline.py (parent-death signals; the launcher learns the runner's pid from PARENT_ENV).
 When a rank fails, the launcher process writes which rank died first and how (torchrun's ChildFailedError)
 to WORKDIR/launcher_failures.json for the runner: suite/launch/failures.py.
 The watching, the deadline and the SIGTERM -> grace -> SIGKILL order are suite/launch/supervise.py's, as for
@@ -40,7 +40,8 @@ from typing import Callable
 
 import psutil
 
-from suite.launch import LaunchRequest, LaunchResult, failures, lifeline
+from suite import lifeline
+from suite.launch import LaunchRequest, LaunchResult, failures
 from suite.launch.supervise import GRACE_S, alive, outcome_error, supervise
 
 _PR_SET_CHILD_SUBREAPER = 36

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from suite.models.own import ANALYTIC_TYPES, HF_EXTRA, LAYER_KEYS, MAX_HF_LAYERS, _first, _line
+from suite.models.hf_keys import ANALYTIC_TYPES, HF_EXTRA, LAYER_KEYS, MAX_HF_LAYERS, first_key, one_line
 
 
 def _config(contents: dict[str, Any]):
@@ -95,7 +95,7 @@ def _path_of(root: nn.Module, target: nn.Module) -> str:
 def probe_hf(path: str, contents: dict[str, Any]) -> dict[str, Any]:
     """Build the model once on the meta device (no memory): what suite needs from it, or a ValueError saying
     why transformers cannot build it.  Also checks the analytic dimensions of Llama-layout configs."""
-    layers = _first(contents, *LAYER_KEYS)
+    layers = first_key(contents, *LAYER_KEYS)
     if not isinstance(layers, int) or isinstance(layers, bool) or not 0 < layers <= MAX_HF_LAYERS:
         if layers is not None:
             raise ValueError(f"config {path!r}: {layers!r} layers; suite builds 1 to {MAX_HF_LAYERS}")
@@ -108,7 +108,7 @@ def probe_hf(path: str, contents: dict[str, Any]) -> dict[str, Any]:
         blocks = find_blocks(model, contents)
         embeddings = model.get_input_embeddings()
     except Exception as exc:  # transformers cannot build it: the user's config, one line
-        raise ValueError(f"config {path!r}: transformers cannot build it: {_line(exc)}") from None
+        raise ValueError(f"config {path!r}: transformers cannot build it: {one_line(exc)}") from None
     vocab = getattr(embeddings, "num_embeddings", None)
     if not isinstance(vocab, int):
         raise ValueError(f"config {path!r}: the model has no token embedding (get_input_embeddings) to feed")

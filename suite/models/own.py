@@ -27,13 +27,10 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
+from suite.models.hf_keys import ANALYTIC_TYPES, HF_EXTRA, LAYER_KEYS, MAX_HF_LAYERS, first_key, one_line
 from suite.models.presets import GptShape, LlamaShape, Pixels, Vocab, VitShape, _Shape
 
 MAX_CONFIG_BYTES = 1 << 20  # a real config.json is a few KiB
-# model types laid out as Llama (per block: q, k, v, o, gate, up, down, two RMSNorms): the analytic planner
-# covers them exactly; qwen2 adds q/k/v biases, llama's attention_bias / mlp_bias flags add theirs
-ANALYTIC_TYPES = ("llama", "mistral", "qwen2")
-HF_EXTRA = "model family hf needs the optional extra: pip install 'suite[hf]' (transformers)"
 
 
 def _transformers():
@@ -115,7 +112,7 @@ def complete(path: str, raw: dict[str, Any]) -> dict[str, Any]:
     try:
         config = CONFIG_MAPPING[kind](**body)
     except Exception as exc:  # transformers' (and huggingface_hub's) validation errors: the user's input, one line
-        raise ValueError(f"config {path!r}: transformers refuses it: {_line(exc)}") from None
+        raise ValueError(f"config {path!r}: transformers refuses it: {one_line(exc)}") from None
     full = config.to_dict()
     for key in NOT_THE_MODEL:
         full.pop(key, None)
@@ -126,16 +123,6 @@ def complete(path: str, raw: dict[str, Any]) -> dict[str, Any]:
 # that wrote the file, a dtype (suite's precision decides), inference and output switches, label names.
 NOT_THE_MODEL = ("transformers_version", "_name_or_path", "dtype", "torch_dtype", "use_cache", "architectures",
                  "id2label", "label2id", "return_dict", "output_hidden_states", "output_attentions")
-MAX_HF_LAYERS = 1024  # a meta build visits every layer; the deepest published decoders have ~130
-
-
-def _line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:300]}"
-
-
-def _first(c: dict[str, Any], *keys: str) -> Any:
-    return next((c[k] for k in keys if c.get(k) is not None), None)
 
 
 class HfShape(_Shape):
@@ -176,12 +163,12 @@ class HfShape(_Shape):
 
     inputs: ClassVar[str] = "tokens"
     # the dimensions under the names the configs use (GPT-2's n_layer, T5's d_model, ...)
-    layers = property(lambda self: (self.probed or {}).get("layers") or _first(self.c, *LAYER_KEYS))
-    hidden = property(lambda self: _first(self.c, "hidden_size", "n_embd", "d_model"))
-    heads = property(lambda self: _first(self.c, "num_attention_heads", "n_head"))
+    layers = property(lambda self: (self.probed or {}).get("layers") or first_key(self.c, *LAYER_KEYS))
+    hidden = property(lambda self: first_key(self.c, "hidden_size", "n_embd", "d_model"))
+    heads = property(lambda self: first_key(self.c, "num_attention_heads", "n_head"))
     vocab = property(lambda self: (self.probed or {}).get("vocab") or self.c.get("vocab_size"))
-    ffn = property(lambda self: _first(self.c, "intermediate_size", "n_inner"))
-    max_positions = property(lambda self: _first(self.c, "max_position_embeddings", "n_positions"))
+    ffn = property(lambda self: first_key(self.c, "intermediate_size", "n_inner"))
+    max_positions = property(lambda self: first_key(self.c, "max_position_embeddings", "n_positions"))
 
     @property
     def kv_heads(self) -> int:
@@ -214,9 +201,6 @@ class HfShape(_Shape):
         n += (2 * f + h) if self.c.get("mlp_bias", False) else 0
         head = 0 if self.c.get("tie_word_embeddings", False) else self.vocab * h
         return self.vocab * h + head + self.layers * n + h, n
-
-
-LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
 
 
 class PythonShape(_Shape):

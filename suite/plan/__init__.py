@@ -24,8 +24,8 @@ from suite.plan.flops import flops_per_token
 from suite.plan.implemented import predict_memory
 from suite.plan.tensor_parallel import per_rank_parameters, tp_comm_elements
 from suite.plan.memory import MemoryBreakdown, activation_bytes, offloaded, shard_world, static_bytes
-from suite.plan.traced import Trace, TraceFailure
-from suite.models.own import ANALYTIC_TYPES
+from suite.plan.trace_record import Trace, TraceFailure
+from suite.models.hf_keys import ANALYTIC_TYPES
 
 __all__ = ["Prediction", "MemoryBreakdown", "host_bytes", "predict", "traced_only"]
 

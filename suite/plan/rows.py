@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from suite.plan import predict
-from suite.plan.traced import Trace, TraceFailure
+from suite.plan.trace_record import Trace, TraceFailure
 
 
 def plan_rows(cells, trace: Callable[[Any], Trace | TraceFailure] | None = None) -> list[dict[str, Any]]:

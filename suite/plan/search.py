@@ -16,7 +16,7 @@ from typing import Callable
 from pydantic import BaseModel, Field
 
 from suite.plan import host_bytes
-from suite.plan.traced import Trace, TraceFailure
+from suite.plan.trace_record import Trace, TraceFailure
 
 MAX_SEARCH_MICRO_BATCH = 4096
 

@@ -32,7 +32,7 @@ import warnings
 from contextlib import contextmanager
 from typing import Any, Callable
 
-from suite.plan.traced import Trace, TraceFailure, fold
+from suite.plan.trace_record import Trace, TraceFailure, fold
 
 TRACE_STEPS = 2
 MAX_TRACE_MICRO_BATCHES = 2
@@ -80,7 +80,7 @@ def traced_cell(cell):
     17x the real bytes on 8 ranks, while real tensors on the same fake group hold the sharded ones.  foreach
     traces faithfully (it is what the CPU comparison runs); its step temporaries are more than fused AdamW's
     (none), so where a cell's peak falls in the optimizer step the trace errs high."""
-    from suite.scenario import SyntheticData
+    from suite.scenario.data import SyntheticData
 
     micro_batches = min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES)
     optimizer = cell.optimizer.model_copy(update={"fused": False})
@@ -137,7 +137,7 @@ def trace_cell(cell) -> Trace:
         import torch
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        from suite.plan.trace_run import run_traced
+        from suite.plan.fake_steps import run_traced
 
         with fake_world(cell.gpus), FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings():
             # torch's own chatter about fake tensors and ungraded parameters: not the user's problem

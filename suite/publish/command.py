@@ -203,7 +203,7 @@ def publish(paths: list[Path], site: Path, history: int = 10, base_url: str | No
 def run(paths: list[Path], site: Path, history: int, base_url: str | None) -> int:
     """The CLI's body: errors -> exit codes, a line per new run read, one summary line."""
     from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, err_console, print_error
-    from suite.report.plots import PlotError
+    from suite.report.figure import PlotError
     from suite.results.reader import StoreError
 
     if history < 1:
@@ -211,7 +211,8 @@ def run(paths: list[Path], site: Path, history: int, base_url: str | None) -> in
         return EXIT_INPUT
     try:
         with contextlib.ExitStack() as stack:
-            from suite.results.pack import PackError, open_inputs
+            from suite.results.pack import PackError
+            from suite.results.unpack import open_inputs
 
             try:
                 inputs = open_inputs(list(paths), stack)

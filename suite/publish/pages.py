@@ -15,8 +15,8 @@ from suite.publish.html import (esc, href, link, metric_label, number, page, tab
                                 when, with_spread)
 from suite.publish.series import (HELD_OUT, METRICS, VERDICTS, Group, MachineRuns, Point, ScenarioView, slug,
                                   status_counts)
-from suite.report import stats
-from suite.report.compare import Finding
+from suite import stats
+from suite.compare.comparison import Finding
 from suite.results.reader import Run
 
 TABLE_METRICS = ("step_time", "tokens_per_s", "mfu", "peak_memory", "final_loss", "eval_loss", "accuracy")

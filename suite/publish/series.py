@@ -19,9 +19,9 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from suite.report import stats
-from suite.report.checks import Side, StepTimeCheck, TokensPerSCheck
-from suite.report.compare import Finding, compare, describe, device_kind, varying
+from suite import stats
+from suite.compare.checks import Side, StepTimeCheck, TokensPerSCheck
+from suite.compare.comparison import Finding, compare, describe, device_kind, varying
 from suite.report.tables import fold_status
 from suite.results.reader import Run
 from suite.results.schema import CellResult, Manifest, TimeToTarget

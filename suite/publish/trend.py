@@ -19,7 +19,7 @@ import re
 from typing import Callable
 
 from suite.publish.series import METRICS, Point
-from suite.report.plots import _figure
+from suite.report.figure import figure as _figure
 
 COLORS = ("#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974")
 RED, AMBER = "#cf222e", "#d4a72c"

@@ -1,14 +1,14 @@
 """The report's seed-band figures: for each band of a `convergence.band` gate, the reference seeds' band
-(mean +- k sd + atol at each evaluation, computed by the gate's own code, suite.runner.band) shaded, and every
+(mean +- k sd + atol at each evaluation, computed by the gate's own code, suite.gates.band) shaded, and every
 judged cell's held-out curve drawn over it, points outside the band marked.  Drawn with plots.py's helpers."""
 
 from __future__ import annotations
 
-from suite.report.plots import MAX_LINES, MAX_LOSS_FIGURES, Plot, Row, _figure, _png
-from suite.cells_gates import reference_axes
+from suite.report.figure import MAX_LINES, MAX_LOSS_FIGURES, Plot, Row, figure, png
+from suite.scenario.references import reference_axes
 from suite.results.schema import EvalPoint
-from suite.runner.band import band_points, metric_of
-from suite.scenario_gates import BandGate
+from suite.gates.band import band_points, metric_of
+from suite.scenario.convergence import BandGate
 
 LABELS = {"eval_loss": "held-out loss", "accuracy": "held-out accuracy", "perplexity": "held-out perplexity"}
 
@@ -41,7 +41,7 @@ def band_plots(rows: list[Row], axes: list[str]) -> list[Plot]:
         points = band_points([_curve(m) for m in refs], band)
         if not points:
             continue
-        fig = _figure(7.0, 4.2)
+        fig = figure(7.0, 4.2)
         ax = fig.add_subplot()
         steps = sorted(points)
         ax.fill_between(steps, [points[s].lo for s in steps], [points[s].hi for s in steps], color="#4c72b0",
@@ -64,5 +64,5 @@ def band_plots(rows: list[Row], axes: list[str]) -> list[Plot]:
         ax.set_ylabel(LABELS[band.metric])
         ax.legend(fontsize=7)
         plots.append(Plot(f"band_{n}", f"Held-out curves against the seed band of {band.axis}={band.value}"
-                                       f"{' (' + others + ')' if others else ''}", _png(fig)))
+                                       f"{' (' + others + ')' if others else ''}", png(fig)))
     return plots

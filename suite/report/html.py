@@ -10,9 +10,9 @@ import base64
 from html import escape
 from typing import Any
 
-from suite.report.axes import AXIS_HEADERS
+from suite.axes import AXIS_HEADERS
 from suite.report.pivots import Pivot
-from suite.report.plots import Plot
+from suite.report.figure import Plot
 from suite.report.tables import (RUN_HEADERS, display_columns, fixed_axes, footnotes, groups, run_table,
                                  text_table)
 from suite.results.reader import Run

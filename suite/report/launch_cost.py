@@ -1,7 +1,7 @@
 """Where a cell's wall time went, per launcher: a Ray cell's phases beside the torchrun cell of the same work.
 
 A torchrun cell's time is its Overhead (launch, setup, train, teardown: they add up to the wall).  A Ray cell's
-is extra.ray.phases (suite/launch/ray_session.py), folded into the same four plus what only Ray has:
+is extra.ray.phases (suite/launch/ray/session.py), folded into the same four plus what only Ray has:
     start        torchrun: starting torchrun and its ranks;  Ray: waiting for nodes + Ray Train's worker-group
                  start (controller and worker actors, their imports, the process group) - up to suite's setup
     setup        suite's worker setup (model, strategy, data): the same code under both
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite.report.axes import AXES
+from suite.axes import AXES
 from suite.report.pivots import Pivot
 
 Row = dict[str, Any]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite.report.axes import AXIS_HEADERS
+from suite.axes import AXIS_HEADERS
 from suite.report.pivots import Pivot
 from suite.report.tables import (RUN_HEADERS, display_columns, fixed_axes, footnotes, groups, run_table,
                                  text_table)

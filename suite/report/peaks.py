@@ -22,8 +22,9 @@ import csv
 import io
 from typing import Any
 
-from suite.report.axes import AXES, varying_axes
+from suite.axes import AXES, varying_axes
 from suite.report.pivots import Pivot
+from suite.report.figure import MAX_BARS, Plot, figure, png, short_label
 from suite.report.tables import COLUMNS, Column, MiB, fmt
 from suite.results.schema import CellResult
 
@@ -169,16 +170,15 @@ def peak_plot(rows: list[Row], axes: list[str], runs: bool):
     """Grouped horizontal bars, one group per cell: the measured peak above its three predictions.
 
     Bars rather than a scatter because a cell's four numbers are read together (which prediction is nearest to
-    this cell's peak?) and cell labels fit on the y axis.  Cut to plots.MAX_BARS cells like the memory plot.
+    this cell's peak?) and cell labels fit on the y axis.  Cut to figure.MAX_BARS cells like the memory plot.
     """
-    from suite.report.plots import MAX_BARS, Plot, _figure, _png, _short
 
     prows = peak_rows(rows)[:MAX_BARS]
     if not prows:
         return None
     series = [("measured", "measured peak"), *KINDS]
     height = 0.8 / len(series)
-    fig = _figure(8.0, max(3.0, 0.6 * len(prows) + 1.5))
+    fig = figure(8.0, max(3.0, 0.6 * len(prows) + 1.5))
     ax = fig.add_subplot()
     top = max(v for p in prows for v in (p.get(f"{k}_mib") for k, _ in series) if v is not None)
     for j, (kind, label) in enumerate(series):
@@ -190,9 +190,9 @@ def peak_plot(rows: list[Row], axes: list[str], runs: bool):
             for y, p in zip(ys, prows):
                 if p["trace_status"] == "untraced":
                     ax.text(top * 0.01, y, "untraced", va="center", fontsize=7, color=BAR_COLORS[kind])
-    ax.set_yticks(range(len(prows)), [_short(p, axes, runs) for p in prows], fontsize=8)
+    ax.set_yticks(range(len(prows)), [short_label(p, axes, runs) for p in prows], fontsize=8)
     ax.invert_yaxis()  # first cell on top, as in the table
     ax.set_xlabel("MiB per rank")
     ax.set_title("Peak memory per rank: measured vs predicted")
     ax.legend(fontsize=8)
-    return Plot("peaks", "Predicted vs measured peak memory per rank", _png(fig))
+    return Plot("peaks", "Predicted vs measured peak memory per rank", png(fig))

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from suite.strategies import registry
-from suite.report.axes import AXES, AXIS_HEADERS, varying_axes
-from suite.report.tables import CKPT_ORDER
+from suite.axes import AXES, AXIS_HEADERS, varying_axes
+from suite.axes import rank as axis_rank
 
 Row = dict[str, Any]
 MEASURED = ("ok", "gate-failed")
@@ -56,7 +56,7 @@ def _slots(rows: list[Row], varying_axes: list[str], col_axis: str,
         slot[key] = row
     # None (an axis a strategy does not use, e.g. zero3's shard_size) sorts first
     cols = sorted({r.get(col_axis) for r in rows},
-                  key=lambda v: (v is not None, CKPT_ORDER.index(v) if v in CKPT_ORDER else 0, v if v is not None else 0))
+                  key=lambda v: (v is not None, axis_rank(col_axis, v) or 0, v if v is not None else 0))
     return table, cols, collisions
 
 

@@ -14,58 +14,18 @@ Plots with nothing to show are left out; long lists are cut to the first cells (
 
 from __future__ import annotations
 
-import io
-from dataclasses import dataclass
-from typing import Any
-
-from suite.report.axes import AXES, varying_axes
+from suite.axes import AXES, varying_axes
+from suite.report.bands import band_plots
+from suite.report.figure import (COLORS, MAX_BARS, MAX_BOXES, MAX_LINES, MAX_LOSS_FIGURES, Plot, Row, figure, png,
+                                 short_label)
+from suite.report.peaks import peak_plot
 from suite.report.tables import BREAKDOWN, PEAK_KEYS, MiB
-
-Row = dict[str, Any]
-MAX_BARS, MAX_BOXES, MAX_LINES, MAX_LOSS_FIGURES = 24, 40, 12, 4
-COLORS = {"parameters": "#4c72b0", "gradients": "#dd8452", "optimizer_states": "#55a868",
-          "master_weights": "#8172b3", "activations": "#c44e52", "other": "#b0b0b0"}
-
-
-class PlotError(Exception):
-    """Plots cannot be drawn (matplotlib missing)."""
-
-
-@dataclass
-class Plot:
-    name: str   # file stem
-    title: str
-    png: bytes
-
-
-def _figure(width: float, height: float, layout: str | None = "constrained"):
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as exc:
-        raise PlotError("plots need matplotlib: pip install 'suite[report]' (or run the report with --format md, "
-                        "csv or json)") from exc
-    fig = Figure(figsize=(width, height), dpi=100, layout=layout)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
-
-
-def _short(row: Row, axes: list[str], runs: bool) -> str:
-    label = " ".join(str(row.get(a)) for a in axes) or row["cell"]
-    return f"{row['run']} {label}" if runs else label
-
 
 def memory_breakdown(rows: list[Row], axes: list[str], runs: bool) -> Plot | None:
     rows = [r for r in rows if r["_predicted"]][:MAX_BARS]
     if not rows:
         return None
-    fig = _figure(max(6.0, 0.7 * len(rows) + 2), 4.5)
+    fig = figure(max(6.0, 0.7 * len(rows) + 2), 4.5)
     ax = fig.add_subplot()
     labelled: set[str] = set()  # each category in the legend once, wherever it first appears
 
@@ -84,11 +44,11 @@ def memory_breakdown(rows: list[Row], axes: list[str], runs: bool) -> Plot | Non
             total = next((source[k] for k, _ in PEAK_KEYS if source.get(k) is not None), None)
             if offset > 0 and total is not None and total / MiB > bottom * 1.001:
                 bar(i + offset, total / MiB - bottom, bottom, "other", "other (measured peak beyond categories)")
-    ax.set_xticks(range(len(rows)), [_short(r, axes, runs) for r in rows], rotation=45, ha="right", fontsize=8)
+    ax.set_xticks(range(len(rows)), [short_label(r, axes, runs) for r in rows], rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("MiB per rank")
     ax.set_title("Memory per rank: predicted (left bar) vs measured (right bar)")
     ax.legend(fontsize=8)
-    return Plot("memory_breakdown", "Memory breakdown per rank, predicted vs measured", _png(fig))
+    return Plot("memory_breakdown", "Memory breakdown per rank, predicted vs measured", png(fig))
 
 
 def scaling(rows: list[Row], axes: list[str]) -> Plot | None:
@@ -101,7 +61,7 @@ def scaling(rows: list[Row], axes: list[str]) -> Plot | None:
             lines.setdefault(" ".join(str(r.get(a)) for a in others) or "all", {})[r["gpus"]] = r["tokens_per_s"]
     if not lines:
         return None
-    fig = _figure(6.5, 4.5)
+    fig = figure(6.5, 4.5)
     ax = fig.add_subplot()
     for label, points in list(lines.items())[:MAX_LINES]:
         xs = sorted(points)
@@ -111,7 +71,7 @@ def scaling(rows: list[Row], axes: list[str]) -> Plot | None:
     ax.set_ylabel("tokens/s")
     ax.set_title("Throughput scaling (dotted: linear from the smallest world size)")
     ax.legend(fontsize=8)
-    return Plot("scaling", "Throughput scaling", _png(fig))
+    return Plot("scaling", "Throughput scaling", png(fig))
 
 
 def loss_curves(rows: list[Row], axes: list[str], runs: bool) -> list[Plot]:
@@ -126,7 +86,7 @@ def loss_curves(rows: list[Row], axes: list[str], runs: bool) -> list[Plot]:
     for n, (key, members) in enumerate(list(groups.items())[:MAX_LOSS_FIGURES], start=1):
         axis, ref_value = key[1], members[0]["_match"]["value"]
         ref = next((m for m in members if m.get(axis) == ref_value), None)
-        fig = _figure(9.0, 3.8)
+        fig = figure(9.0, 3.8)
         ax, dx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
         largest = 0.0
         for m in members[:MAX_LINES]:
@@ -146,16 +106,16 @@ def loss_curves(rows: list[Row], axes: list[str], runs: bool) -> list[Plot]:
         dx.set_title(f"|loss - loss({axis}={ref_value})| (floor 1e-12)", fontsize=9)
         dx.set_xlabel("step")
         plots.append(Plot(f"loss_{n}", f"Loss curves that must match ({axis}={ref_value}; {others or 'all'})",
-                          _png(fig)))
+                          png(fig)))
     if not groups and rows:
-        fig = _figure(6.5, 4.5)
+        fig = figure(6.5, 4.5)
         ax = fig.add_subplot()
         for r in rows[:MAX_LINES]:
-            ax.plot(range(len(r["_losses"])), r["_losses"], label=_short(r, axes, runs))
+            ax.plot(range(len(r["_losses"])), r["_losses"], label=short_label(r, axes, runs))
         ax.set_xlabel("step")
         ax.set_ylabel("loss")
         ax.legend(fontsize=8)
-        plots.append(Plot("loss", "Loss curves", _png(fig)))
+        plots.append(Plot("loss", "Loss curves", png(fig)))
     return plots
 
 
@@ -163,23 +123,20 @@ def step_times(rows: list[Row], axes: list[str], runs: bool) -> Plot | None:
     rows = [r for r in rows if r["_step_times_s"]][:MAX_BOXES]
     if not rows:
         return None
-    fig = _figure(max(6.0, 0.45 * len(rows) + 2), 4.5)
+    fig = figure(max(6.0, 0.45 * len(rows) + 2), 4.5)
     ax = fig.add_subplot()
     ax.boxplot([[t * 1e3 for t in r["_step_times_s"]] for r in rows])
-    ax.set_xticks(range(1, len(rows) + 1), [_short(r, axes, runs) for r in rows], rotation=45, ha="right",
+    ax.set_xticks(range(1, len(rows) + 1), [short_label(r, axes, runs) for r in rows], rotation=45, ha="right",
                   fontsize=8)
     ax.set_ylabel("step time (ms), measured steps")
     ax.set_title("Step-time distributions")
-    return Plot("step_times", "Step-time distributions", _png(fig))
+    return Plot("step_times", "Step-time distributions", png(fig))
 
 
 def all_plots(rows: list[Row]) -> list[Plot]:
     """Every plot the rows have data for (raises PlotError when matplotlib is missing)."""
     axes = varying_axes(rows)
     runs = len({r["run"] for r in rows}) > 1
-    from suite.report.bands import band_plots  # imported here: these draw with this module's helpers
-    from suite.report.peaks import peak_plot
-
     plots = [memory_breakdown(rows, axes, runs), peak_plot(rows, axes, runs), scaling(rows, axes),
              *loss_curves(rows, axes, runs), *band_plots(rows, axes), step_times(rows, axes, runs)]
     return [p for p in plots if p is not None]

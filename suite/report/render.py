@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from suite.report.axes import AXES
+from suite.axes import AXES
 from suite.report.launch_cost import launch_cost_pivot
 from suite.report.markdown import report_markdown
 from suite.report.peaks import peak_pivot, peaks_csv, public_peaks

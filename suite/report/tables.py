@@ -15,8 +15,9 @@ from typing import Any, Iterable
 
 from suite.compat import PINNED_TORCH, is_pinned
 from suite.strategies import registry
-from suite.report import stats
-from suite.report.axes import AXES, AXIS_HEADERS, varying_axes
+from suite import stats
+from suite import axes
+from suite.axes import AXES, AXIS_HEADERS, varying_axes
 from suite.results.reader import Run
 from suite.results.schema import CellResult
 
@@ -219,9 +220,6 @@ def cell_rows(runs: list[Run], group_by: Iterable[str] = ()) -> list[dict[str, A
     return rows
 
 
-CKPT_ORDER = ("none", "selective", "full")
-
-
 def _sort_key(axis: str, value: Any, strategies: dict[str, int]) -> tuple[int, Any, str]:
     """Numbers in numeric order, checkpointing modes by cost, strategies in the registry's order (by family:
     dp, zero1, zero2, zero3, each native strategy followed by its hand-written twins, so a table pairs them:
@@ -229,8 +227,8 @@ def _sort_key(axis: str, value: Any, strategies: dict[str, int]) -> tuple[int, A
     (and strategies unknown to the registry) alphabetically.  `strategies`: name -> position in that order."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return (0, value, "")
-    if axis == "activation_checkpointing" and value in CKPT_ORDER:
-        return (1, CKPT_ORDER.index(value), "")
+    if (place := axes.rank(axis, value)) is not None:  # checkpointing modes by cost (suite/axes.py)
+        return (1, place, "")
     if axis == "strategy" and value in strategies:
         return (1, strategies[value], "")
     return (2, 0, str(value))

@@ -19,7 +19,6 @@ unpack.py verifies and unpacks (and says what the checksums do and do not protec
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import hashlib
 import io
@@ -170,22 +169,3 @@ def pack(paths: list[Path], out: Path) -> PackInfo:
     digest = _sha256_file(out)
     _link_new(sha_path, lambda f: f.write(f"{digest}  {out.name}\n".encode()))
     return PackInfo(out, digest, sha_path, described, n["files"], n["run_bytes"], out.stat().st_size)
-
-
-def open_inputs(paths: list[Path], stack: contextlib.ExitStack) -> list[Path]:
-    """paths, each archive (a file named *.tar.gz or *.tgz) verified and unpacked into a temp folder that lives
-    as long as `stack`: what lets report, compare and publish read an archive directly."""
-    from suite.results.unpack import unpack
-
-    opened = []
-    for p in map(Path, paths):
-        if p.name.endswith(ARCHIVE_SUFFIXES) and p.is_file():
-            try:
-                opened.append(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="suite-pack-"))))
-                unpack(p, opened[-1])
-            except OSError as exc:  # the temp folder's disk, not the archive: still one clean line
-                raise PackError(f"{p}: cannot unpack it into a temp folder ({exc}); free space in "
-                                f"{tempfile.gettempdir()} or unpack it with `suite results unpack`") from exc
-        else:
-            opened.append(p)
-    return opened

@@ -7,11 +7,12 @@ meaning; readers refuse records of a newer version instead of misreading them.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from suite.scenario_types import LATER_AXES
+from suite.axes import LATER_AXES
+from suite.stats import percentile
 
 # 1: the first.  2: RankRecord.restarts and CellResult.first_failure (new fields; an older suite, whose models
 # forbid unknown keys, then says "newer schema" instead of failing on an unknown key).  Version-1 records read
@@ -158,6 +159,14 @@ class StepStats(_Record):
     p10: float
     p90: float
     mean: float
+
+    @classmethod
+    def of(cls, times: Sequence[float]) -> "StepStats | None":
+        """The statistics of these step times (None when there are none)."""
+        if not times:
+            return None
+        return cls(n=len(times), median=percentile(times, 50), p10=percentile(times, 10),
+                   p90=percentile(times, 90), mean=sum(times) / len(times))
 
 
 class Throughput(_Record):

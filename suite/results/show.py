@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.table import Table
 
 from suite.console import add_row, nbytes, si, styled, table
-from suite.report.axes import varying_axes
+from suite.axes import varying_axes
 from suite.results import reader
 from suite.results.schema import CellResult
 

@@ -15,6 +15,7 @@ own sha256, compared with one obtained another way (`--sha256`), catches that.
 
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import gzip
 import hashlib
@@ -29,7 +30,7 @@ from pathlib import Path, PurePosixPath
 
 from suite.results import reader
 from suite.results import pack as limits  # the MAX_* limits, read at call time (tests lower them)
-from suite.results.pack import (FORMAT, FORMAT_VERSION, INFO, SUM_LINE, SUMS, TOP, PackError, _DATA_FILTER,
+from suite.results.pack import (ARCHIVE_SUFFIXES, FORMAT, FORMAT_VERSION, INFO, SUM_LINE, SUMS, TOP, PackError, _DATA_FILTER,
                                 _sha256_file, run_files)
 
 
@@ -198,3 +199,20 @@ def unpack(archive: Path, into: Path, sha256: str | None = None) -> Unpacked:
         return Unpacked(moves, skipped)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def open_inputs(paths: list[Path], stack: contextlib.ExitStack) -> list[Path]:
+    """paths, each archive (a file named *.tar.gz or *.tgz) verified and unpacked into a temp folder that lives
+    as long as `stack`: what lets report, compare and publish read an archive directly."""
+    opened = []
+    for p in map(Path, paths):
+        if p.name.endswith(ARCHIVE_SUFFIXES) and p.is_file():
+            try:
+                opened.append(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="suite-pack-"))))
+                unpack(p, opened[-1])
+            except OSError as exc:  # the temp folder's disk, not the archive: still one clean line
+                raise PackError(f"{p}: cannot unpack it into a temp folder ({exc}); free space in "
+                                f"{tempfile.gettempdir()} or unpack it with `suite results unpack`") from exc
+        else:
+            opened.append(p)
+    return opened

@@ -20,28 +20,15 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from suite.plan.flops import PEAK_SOURCE, peak_flops
-from suite.report.stats import quantile
 from suite.results.schema import MemoryComparison, Mfu, Overhead, RankRecord, StepStats, Throughput
 
 MFU_FORMULA = ("MFU = flops_per_token x tokens_per_s_per_device / peak_flops; "
                "flops_per_token = 6 x params + 12 x layers x hidden x seq_len (no recomputation)")
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile, q in [0, 100]: stats.quantile at q / 100 (numpy's default linear method)."""
-    return quantile(values, q / 100.0)
-
-
 def measured_steps(record: RankRecord) -> list[float]:
     """Step times after warm-up."""
     return list(record.step_times_s[record.warmup_steps:])
-
-
-def step_stats(times: Sequence[float]) -> StepStats | None:
-    if not times:
-        return None
-    return StepStats(n=len(times), median=percentile(times, 50), p10=percentile(times, 10),
-                     p90=percentile(times, 90), mean=sum(times) / len(times))
 
 
 def throughput(record: RankRecord, times: Sequence[float]) -> Throughput | None:
@@ -125,7 +112,7 @@ def aggregate(records: list[RankRecord], prediction: dict[str, Any], precision: 
         "grad_norms": list(r0.grad_norms),  # rank 0's: the synchronized gradient's, or rank 0's own when it was not
         "eval": list(r0.eval),  # reduced over ranks: every rank holds the same
         "step_times_s": times,
-        "step_time": step_stats(times),
+        "step_time": StepStats.of(times),
         "throughput": tp,
         # A CPU has no tabulated peak: never look one up by its model name.
         "mfu": mfu(tp, prediction["flops_per_token"], None if r0.device.startswith("cpu") else r0.device_name,

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import yaml
 
-from suite.cells import Cell
+from suite.scenario import Cell
 from suite.console import EXIT_FAILED, EXIT_OK
 from suite.launch import DEFAULT_WORKER, LaunchResult, launch
 from suite.plan import predict
@@ -48,9 +48,9 @@ from suite.results.schema import FINAL_STATUSES, CellResult
 from suite.runner.cell import (
     CellTraces, build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, write_payload,
 )
-from suite.runner.gates import first_failure, loss_gates, match_gate, reference_of, run_order
-from suite.runner.band import band_gate, band_references
-from suite.runner.quality import quality_gates
+from suite.gates.loss import first_failure, loss_gates, match_gate, reference_of, run_order
+from suite.gates.band import band_gate, band_references
+from suite.gates.quality import quality_gates
 from suite.runner.opening import RunError, open_scenario, select_cells
 from suite.runner.progress import RunProgress
 

@@ -2,10 +2,13 @@
 
 The strategy interface is deliberately small.  A strategy is a function
 
-    apply(model: nn.Module, cell: Cell, device: torch.device) -> Parallel
+    apply(model: nn.Module, mesh: DeviceMesh | None, policy: Policy, device: torch.device) -> Parallel
 
-that receives the plain model (already on `device`, already checkpointed / compiled by `parallelize`) inside
-an initialized process group, and returns a `Parallel`.  The training loop (suite/worker/loop.py) only ever
+that receives the plain model (already on `device`, already checkpointed / compiled by
+`suite/worker/parallelize.py`) inside an initialized process group, the device mesh it spreads the model over
+(None: every rank of the process group, one dimension; with tensor parallelism, the data-parallel part of the
+(dp, tp) mesh), and a `Policy`: the few settings a strategy acts on (precision, optimizer, bucket size, shard
+group), never the whole cell.  It returns a `Parallel`.  The training loop (suite/worker/loop.py) only ever
 talks to a `Parallel`:
 
     optimizer.zero_grad(set_to_none=True)
@@ -29,6 +32,7 @@ import torch
 from torch import nn
 
 from suite.results.schema import TensorBytes
+from suite.scenario.experiment import Optimizer
 
 
 def _nothing() -> None:
@@ -65,13 +69,34 @@ class Parallel:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Policy:
+    """What a strategy's `apply` is told besides the model and the mesh: the settings it acts on, nothing else
+    (the worker makes it from the cell: suite/worker/parallelize.policy_of)."""
+
+    strategy: str  # the registry name (FSDP reads its entry: what it shards, whether it offloads)
+    precision: str  # one of suite.axes.PRECISIONS
+    optimizer: Optimizer  # the scenario's optimizer settings (every strategy builds the same one)
+    bucket_cap_mb: float  # gradient bucket size of the bucketed strategies (DDP's bucket_cap_mb)
+    shard_size: int | None = None  # hsdp: ranks per shard group; None for the others
+    tensor_parallel: int = 1  # tensor-parallel degree the blocks were split with before apply
+
+
+def whole_world(mesh, policy: Policy) -> None:
+    """For strategies that run over every rank of the process group: refuse a sub-mesh (tensor parallelism
+    composes only with the strategies whose registry entry allows it; scenario/tensor_parallel.py checks)."""
+    if mesh is not None:
+        raise ValueError(f"strategy {policy.strategy} runs over the whole process group; it cannot take the "
+                         f"data-parallel part of a {tuple(mesh.shape)} mesh (tensor_parallel "
+                         f"{policy.tensor_parallel})")
+
+
 # ----------------------------------------------------------------------------------------------- optimizer
-def make_optimizer_kwargs(cell, device: torch.device) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
-    """The cell's optimizer class and constructor arguments (lr, weight decay, betas, fused).
+def make_optimizer_kwargs(opt: Optimizer, device: torch.device) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    """The optimizer class and constructor arguments (lr, weight decay, betas, fused) of `opt`.
 
     fused "auto" means fused on CUDA (one kernel for all parameters) and the default foreach implementation
     elsewhere; fused=True on CPU is honoured (torch has CPU fused Adam/AdamW kernels)."""
-    opt = cell.optimizer
     if opt.name == "sgd":
         return torch.optim.SGD, {"lr": opt.lr, "weight_decay": opt.weight_decay}
     cls = torch.optim.AdamW if opt.name == "adamw" else torch.optim.Adam
@@ -79,8 +104,8 @@ def make_optimizer_kwargs(cell, device: torch.device) -> tuple[type[torch.optim.
     return cls, {"lr": opt.lr, "weight_decay": opt.weight_decay, "betas": tuple(opt.betas), "fused": fused}
 
 
-def make_optimizer(params: Iterable[nn.Parameter], cell, device: torch.device) -> torch.optim.Optimizer:
-    cls, kwargs = make_optimizer_kwargs(cell, device)
+def make_optimizer(params: Iterable[nn.Parameter], opt: Optimizer, device: torch.device) -> torch.optim.Optimizer:
+    cls, kwargs = make_optimizer_kwargs(opt, device)
     return cls(params, **kwargs)
 
 

@@ -17,10 +17,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
+from suite.strategies.base import Parallel, Policy, count_tensor_bytes, make_optimizer
 
 
-def wrap_ddp(model: nn.Module, cell, device: torch.device) -> DDP:
+def wrap_ddp(model: nn.Module, policy: Policy, device: torch.device) -> DDP:
     # The planner's trace (suite/plan/trace.py) runs this under a fake process group, whose collectives move
     # nothing: DDP's constructor must not read parameter data to verify and broadcast it (fake tensors have
     # none), and its default all-reduce hook expects a result the fake group's future does not carry.
@@ -28,7 +28,7 @@ def wrap_ddp(model: nn.Module, cell, device: torch.device) -> DDP:
     ddp = DDP(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
-        bucket_cap_mb=cell.bucket_cap_mb,
+        bucket_cap_mb=policy.bucket_cap_mb,
         gradient_as_bucket_view=True,
         init_sync=not fake,
     )
@@ -60,23 +60,23 @@ def _in_place_hook(state, bucket):  # no annotation: DDP checks it and this file
     return fut
 
 
-def apply(model: nn.Module, cell, device: torch.device, mesh=None) -> Parallel:
+def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Parallel:
     if mesh is not None:  # tensor parallel over every rank (cells_tp: ddp only when gpus = tensor_parallel)
-        return _tensor_parallel_only(model, cell, device)
-    ddp = wrap_ddp(model, cell, device)
-    optimizer = make_optimizer(ddp.parameters(), cell, device)
+        return _tensor_parallel_only(model, policy, device)
+    ddp = wrap_ddp(model, policy, device)
+    optimizer = make_optimizer(ddp.parameters(), policy.optimizer, device)
     return Parallel(model=ddp, optimizer=optimizer, no_sync=ddp.no_sync,
                     count_bytes=lambda: count_tensor_bytes(ddp.parameters(), optimizer),
-                    extra={"bucket_cap_mb": cell.bucket_cap_mb})
+                    extra={"bucket_cap_mb": policy.bucket_cap_mb})
 
 
-def _tensor_parallel_only(model: nn.Module, cell, device: torch.device) -> Parallel:
+def _tensor_parallel_only(model: nn.Module, policy: Policy, device: torch.device) -> Parallel:
     """No data parallelism left: nothing to all-reduce.  The replicated parameters (norms, embedding, head)
     get the same gradient on every rank of the tensor-parallel group, whose input gradients DTensor
     all-reduces already; the split ones get their own slice's."""
     from contextlib import nullcontext
 
-    optimizer = make_optimizer(model.parameters(), cell, device)
+    optimizer = make_optimizer(model.parameters(), policy.optimizer, device)
     return Parallel(model=model, optimizer=optimizer, no_sync=nullcontext,
                     count_bytes=lambda: count_tensor_bytes(model.parameters(), optimizer),
-                    extra={"tensor_parallel": cell.tensor_parallel})
+                    extra={"tensor_parallel": policy.tensor_parallel})

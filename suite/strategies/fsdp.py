@@ -13,7 +13,7 @@ DTensors) updates only the local shard, so its states are sharded too.
     zero2: reshard_after_forward=False  keep them from forward to backward (no second all-gather; all
                                         parameters are unsharded at the end of forward)
 
-HSDP (`hsdp`): the same calls on a 2-D mesh (replicate R x shard S, S = cell.shard_size).  FSDP2 given a 2-D
+HSDP (`hsdp`): the same calls on a 2-D mesh (replicate R x shard S, S = policy.shard_size).  FSDP2 given a 2-D
 mesh shards each parameter over the last dimension and replicates it over the first: a rank holds 1/S of
 every parameter, the same 1/S as the other ranks of its column.  Forward and backward all-gather within the
 shard group (S ranks: on one node, the usual layout); after backward the gradients are reduce-scattered
@@ -49,25 +49,25 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
 from suite.strategies import registry
-from suite.strategies.base import Parallel, count_tensor_bytes, local_bytes, make_optimizer
+from suite.strategies.base import Parallel, Policy, count_tensor_bytes, local_bytes, make_optimizer
 from suite.techniques.precision import compute_dtype, fsdp_mp_policy
 
 
-def apply(model: nn.Module, cell, device: torch.device, mesh=None) -> Parallel:
+def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Parallel:
     """zero2 / zero3 on a 1-D mesh over the world; hsdp on a 2-D mesh (replicate R x shard S, S =
-    cell.shard_size, R x S = world); the -offload entries with FSDP2's CPUOffloadPolicy (module docstring).
+    policy.shard_size, R x S = world); the -offload entries with FSDP2's CPUOffloadPolicy (module docstring).
     `mesh`: with tensor parallelism, the dp dimension of the (dp, tp) mesh the blocks were split on."""
-    spec = registry.get(cell.strategy)
+    spec = registry.get(policy.strategy)
     world = dist.get_world_size()
     if mesh is not None:  # tensor parallel: shard over the data-parallel part of wrap.parallelize's (dp, tp) mesh
-        return _shard(model, cell, device, mesh, spec)
+        return _shard(model, policy, device, mesh, spec)
     with unset_fake_temporarily():  # the planner's trace runs under FakeTensorMode; a mesh needs real ranks
         if spec.shard_group:
-            mesh = init_device_mesh(device.type, (world // cell.shard_size, cell.shard_size),
+            mesh = init_device_mesh(device.type, (world // policy.shard_size, policy.shard_size),
                                     mesh_dim_names=("replicate", "shard"))
         else:
             mesh = init_device_mesh(device.type, (world,))
-    return _shard(model, cell, device, mesh, spec)
+    return _shard(model, policy, device, mesh, spec)
 
 
 def _fully_shard(module: nn.Module, **kwargs) -> None:
@@ -80,18 +80,18 @@ def _fully_shard(module: nn.Module, **kwargs) -> None:
         fully_shard(module, **kwargs)
 
 
-def _shard(model: nn.Module, cell, device: torch.device, mesh, spec) -> Parallel:
+def _shard(model: nn.Module, policy: Policy, device: torch.device, mesh, spec) -> Parallel:
     # zero3 and hsdp shard parameters at rest, so they free each block's unsharded copy after forward (the
     # registry entry's shards.parameters); zero2 keeps them until backward
     reshard = spec.shards.parameters
-    mp = fsdp_mp_policy(cell.precision)
+    mp = fsdp_mp_policy(policy.precision)
     # pinned host memory makes the copies asynchronous; pinning needs a CUDA runtime
     offload = {"offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda")} if spec.offload else {}
     for block in model.blocks:
         _fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
     # reshard_after_forward given explicitly, so FSDP does not apply its "root keeps parameters" heuristic
     _fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
-    optimizer = make_optimizer(model.parameters(), cell, device)
+    optimizer = make_optimizer(model.parameters(), policy.optimizer, device)
 
     @contextmanager
     def no_sync():
@@ -106,7 +106,7 @@ def _shard(model: nn.Module, cell, device: torch.device, mesh, spec) -> Parallel
     params = list(model.parameters())
     overrides = {}
     if not reshard:  # zero2 (module docstring): unsharded in the compute dtype, the fp32 shards a second copy
-        dtype = compute_dtype(cell.precision)
+        dtype = compute_dtype(policy.precision)
         overrides = {"parameters": sum(p.numel() * (dtype or p.dtype).itemsize for p in params),  # numel: global
                      "master_weights": local_bytes(params)}
 

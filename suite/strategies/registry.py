@@ -4,15 +4,15 @@ An entry (`StrategySpec`) says what the strategy is called (and its aliases), wh
 to, and from that what it shards; how many bytes it moves per optimizer step; which native strategy it is the
 hand-written twin of; whether its training state can be checkpointed; and where its `apply` lives.  Readers:
 
-    suite/scenario.py, suite/cells.py   the allowed values (and JSON Schema enum); aliases resolved once, there
+    suite/scenario/fields.py, expand.py the allowed values (and JSON Schema enum); aliases resolved once, there
     suite/plan/memory.py, plan/comm.py  what is sharded over N ranks, bytes communicated per step
     suite/strategies/__init__.py        `get_strategy(name)` imports the entry's apply
-    suite/worker/ray_checkpoint.py      `checkpointable`
+    suite/launch/ray/checkpoint.py      `checkpointable`
     suite/report/tables.py, pivots.py   ordering (family, native first, then its twins) and twin pairs
 
 This module imports neither torch nor any strategy module, so planning, validation and reports stay cheap.
 
-Adding a strategy: write its `apply(model, cell, device) -> Parallel` in a file and `register()` an entry,
+Adding a strategy: write its `apply(model, mesh, policy, device) -> Parallel` (strategies/base.py) in a file and `register()` an entry,
 either in BUILTIN below or from a plugin module named in SUITE_PLUGINS (comma-separated module names,
 imported on the first lookup in every process suite starts; torchrun's ranks inherit the variable).
 """

@@ -16,15 +16,16 @@ import torch
 from torch import nn
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer_kwargs
+from suite.strategies.base import Parallel, Policy, count_tensor_bytes, make_optimizer_kwargs, whole_world
 from suite.strategies.ddp import wrap_ddp
 
 
-def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
-    ddp = wrap_ddp(model, cell, device)
-    cls, kwargs = make_optimizer_kwargs(cell, device)
+def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Parallel:
+    whole_world(mesh, policy)
+    ddp = wrap_ddp(model, policy, device)
+    cls, kwargs = make_optimizer_kwargs(policy.optimizer, device)
     optimizer = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=cls, **kwargs)
     return Parallel(model=ddp, optimizer=optimizer, no_sync=ddp.no_sync,
                     # .optim: this rank's local optimizer, which holds only its partition's states
                     count_bytes=lambda: count_tensor_bytes(ddp.parameters(), optimizer.optim),
-                    extra={"bucket_cap_mb": cell.bucket_cap_mb})
+                    extra={"bucket_cap_mb": policy.bucket_cap_mb})

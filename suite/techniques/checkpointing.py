@@ -28,7 +28,8 @@ from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-MODES = ("none", "selective", "full")
+from suite.axes import CHECKPOINTING
+
 
 _aten = torch.ops.aten
 SAVED_OPS = {_aten.mm.default, _aten.addmm.default, _aten.bmm.default}
@@ -38,15 +39,32 @@ def _save_matmuls(ctx, op, *args, **kwargs) -> CheckpointPolicy:
     return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
 
+def _none() -> dict | None:
+    return None  # leave the blocks as they are
+
+
+def _full() -> dict | None:
+    return {"preserve_rng_state": False}  # the models have no dropout: nothing random to replay
+
+
+def _selective() -> dict | None:
+    return {**_full(), "context_fn": partial(create_selective_checkpoint_contexts, _save_matmuls)}
+
+
+# Each value of the activation_checkpointing axis (allowed values: suite/axes.py) -> checkpoint_wrapper's
+# arguments for every block, or None to leave the blocks alone.  A new mode is one entry here (and its
+# arithmetic in plan/memory.py) beside its entry in the axis table.
+POLICIES = {"none": _none, "selective": _selective, "full": _full}
+
+
 def apply_checkpointing(model: nn.Module, mode: str) -> nn.Module:
     """Wrap every block of `model.blocks` for `mode` (in place); returns the model."""
-    if mode not in MODES:
-        raise ValueError(f"activation_checkpointing {mode!r} is unknown; expected one of {', '.join(MODES)}")
-    if mode == "none":
+    if mode not in POLICIES:
+        raise ValueError(f"activation_checkpointing {mode!r} has no implementation; implemented: "
+                         f"{', '.join(POLICIES)} (allowed: {', '.join(CHECKPOINTING)})")
+    kwargs = POLICIES[mode]()
+    if kwargs is None:
         return model
-    kwargs = {"preserve_rng_state": False}  # the models have no dropout: nothing random to replay
-    if mode == "selective":
-        kwargs["context_fn"] = partial(create_selective_checkpoint_contexts, _save_matmuls)
     for i, block in enumerate(model.blocks):
         model.blocks[i] = checkpoint_wrapper(block, **kwargs)  # non-reentrant (use_reentrant=False) by default
     return model

@@ -1,7 +1,7 @@
 """`python -m suite.worker CELL_JSON OUT_DIR`: run one cell on this rank and exit with its status code.
 
 Positional arguments only: torchrun takes any flag that is a prefix of one of its own.
-A rank dies with its launcher (SIGKILL when torchrun's process ends, even hard): suite/launch/lifeline.py."""
+A rank dies with its launcher (SIGKILL when torchrun's process ends, even hard): suite/lifeline.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(USAGE, file=sys.stderr)
         return 2
-    from suite.cells import Cell
+    from suite.scenario import Cell
     from suite.worker.main import EXIT_CODES, run_worker
 
     cell = Cell.model_validate_json(Path(argv[0]).read_text())
@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from suite.launch.lifeline import die_with_parent
+    from suite.lifeline import die_with_parent
 
     die_with_parent()  # before torch's seconds of importing: a launcher killed meanwhile takes this rank along
     code = main(sys.argv[1:])

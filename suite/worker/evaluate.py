@@ -19,7 +19,7 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
-from suite.cells import Cell
+from suite.scenario import Cell
 from suite.data import Data
 from suite.results.schema import EvalPoint
 from suite.strategies.base import Parallel

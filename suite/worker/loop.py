@@ -30,7 +30,7 @@ from typing import Callable, TypedDict
 
 import torch
 
-from suite.cells import Cell
+from suite.scenario import Cell
 from suite.data import Batch, Data
 from suite.results.schema import EvalPoint
 from suite.strategies import registry

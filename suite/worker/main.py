@@ -22,12 +22,13 @@ from typing import Any, Protocol
 
 import torch
 
-from suite.cells import Cell
+from suite.scenario import Cell
 from suite.data import build_data
 from suite.compat import require_torch
 from suite.models.build import build_model
 from suite.results.schema import CudaMemory, PeakMemory, RankRecord, SetupTimes, TensorBytes
-from suite.strategies import get_strategy, parallelize
+from suite.strategies import get_strategy
+from suite.worker.parallelize import parallelize
 from suite.strategies.base import Parallel
 from suite.worker import dist as wdist
 from suite.worker import measure
@@ -41,7 +42,7 @@ PEAK_STEPS = 2
 
 
 class RunHooks(Protocol):
-    """What a launcher may hook into a run (Ray Train's entry: suite/worker/ray_entry.py RayHooks)."""
+    """What a launcher may hook into a run (Ray Train's entry: suite/launch/ray/train_fn.py RayHooks)."""
 
     def resume(self, par: Parallel, trainer: Trainer) -> int:
         """Load a checkpoint into `par` and `trainer` and return the step to continue at (0: fresh start)."""

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from suite.cells import Cell
+from suite.scenario import Cell
 from suite.data import build_data
 from suite.models.build import build_model
 from suite.strategies.base import make_optimizer
@@ -29,7 +29,7 @@ def bare_step_times(cell: Cell, device: torch.device | None = None) -> tuple[lis
     device = device or torch.device("cpu")
     model = build_model(cell.model, cell.seed).to(device)
     data = build_data(cell, 0, 1)
-    optimizer = make_optimizer(model.parameters(), cell, device)
+    optimizer = make_optimizer(model.parameters(), cell.optimizer, device)
     times, losses = [], []
     for step in range(cell.steps):
         batches = [(x.to(device), y.to(device)) for x, y in data.micro_batches(step)]

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from suite.cells import Cell
+from suite.scenario import Cell
 from suite.worker.main import run_worker
 
 

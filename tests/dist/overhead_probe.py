@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from suite.cells import Cell
+from suite.scenario import Cell
 from suite.worker.main import run_worker
 from tests.dist.bare import bare_step_times
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from suite.cells import Cell, expand
+from suite.scenario import Cell, expand
 from suite.results.schema import RankRecord
 from suite.scenario import Scenario
 

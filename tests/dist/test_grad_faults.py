@@ -18,8 +18,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from suite.runner.gates import match_gate
-from suite.scenario_gates import GRAD_RTOL, MatchGate
+from suite.gates.loss import match_gate
+from suite.scenario.convergence import GRAD_RTOL, MatchGate
 from tests.dist.spawn import make_cell, run_group
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Checkpoints (suite/worker/ray_checkpoint.py) round-trip for DDP, ZeRO-1, FSDP (ZeRO-2/3) and the hand-written
+"""Checkpoints (suite/launch/ray/checkpoint.py) round-trip for DDP, ZeRO-1, FSDP (ZeRO-2/3) and the hand-written
 DP on 2 gloo ranks:
 a run restored from a checkpoint continues exactly as the run that wrote it, and the saved model loads
 strictly into a plain, unwrapped model.  One spawned group of 2 processes for all strategies."""

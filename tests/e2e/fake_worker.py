@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from suite.cells import Cell
+from suite.scenario import Cell
 from suite.results.schema import RankRecord, SetupTimes, TensorBytes
 
 

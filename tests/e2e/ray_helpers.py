@@ -49,8 +49,8 @@ def by_strategy(results: dict[str, dict]) -> dict[str, dict]:
 
 
 def events(workdir: Path) -> list[dict]:
-    """The Ray cell's events so far (suite/launch/ray_report.py: event lines and rank start files)."""
-    from suite.launch.ray_report import read_events
+    """The Ray cell's events so far (suite/launch/ray/rank_files.py: event lines and rank start files)."""
+    from suite.launch.ray.rank_files import read_events
 
     return read_events(workdir)
 
@@ -67,10 +67,10 @@ def step_loss_from_checkpoint(result: dict, checkpoint_dir: Path, step: int) -> 
     """The global mean loss of optimizer step `step` computed by a plain model holding the checkpoint's weights
     (all ranks' micro-batches of that step, one process): what the run recorded for that step if the
     checkpoint holds the weights after step - 1."""
-    from suite.cells import Cell
+    from suite.scenario import Cell
     from suite.data import build_data
     from suite.models.build import build_model
-    from suite.worker.ray_checkpoint import load_model_state
+    from suite.launch.ray.checkpoint import load_model_state
 
     cell = Cell.model_validate(result["cell"])
     model = build_model(cell.model, cell.seed)

@@ -32,7 +32,7 @@ timeout_s: 180
 
 
 def test_a_planted_slowdown_is_flagged_and_only_there(tmp_path):
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     path = write(tmp_path / "planted.yaml", SCENARIO)
     short, long = sorted(load_cells(str(path))[1], key=lambda c: c.seq_len)

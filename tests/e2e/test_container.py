@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.cells import Cell, load_cells
+from suite.scenario import Cell, load_cells
 from suite.launch import container, torchrun
 from suite.results.schema import CellResult, Manifest, RankRecord
 from suite.runner.cell import launch_request, write_payload

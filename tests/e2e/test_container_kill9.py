@@ -35,7 +35,7 @@ def _containers() -> list[str]:
 
 
 def test_kill9_of_the_runner_removes_its_hanging_container(images, tmp_path):  # noqa: F811
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     path = write(tmp_path / "kill9c.yaml", SCENARIO)
     (cell,) = load_cells(str(path))[1]

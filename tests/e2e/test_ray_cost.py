@@ -1,7 +1,7 @@
 """What a Ray cell costs, measured beside Ray Train itself, and that it leaves nothing behind.
 
 test_yardstick_and_suite_cell_on_one_cluster   on one 2-node loopback cluster: the bare TorchTrainer fit of a
-        cell's training work (suite/launch/ray_bare.py, what a user's own script would be) and `suite run
+        cell's training work (suite/launch/ray/bare.py, what a user's own script would be) and `suite run
         --ray-address` of the same cell train the same loss curve (the yardstick measures the same work); the
         suite cell's phases add up to its wall; both times are printed (the ratio is a measurement -
         scripts/ray-overhead - never an assertion on a 2-core machine's clock).
@@ -20,9 +20,9 @@ import time
 
 import pytest
 
-from suite.cells import load_cells
-from suite.launch.ray_cluster import LocalCluster
-from suite.runner.gates import curve_gate
+from suite.scenario import load_cells
+from suite.launch.ray.cluster import LocalCluster
+from suite.gates.loss import curve_gate
 from tests.e2e.ray_helpers import ray_env, scenario, worker_events
 from tests.e2e.run_helpers import cell_results, run_cli, run_dirs
 
@@ -39,7 +39,7 @@ def _plain(tmp, name: str, **changes):
 
 
 def test_yardstick_and_suite_cell_on_one_cluster(tmp_path):
-    from suite.launch.ray_bare import fits_in_a_driver
+    from suite.launch.ray.bare import fits_in_a_driver
 
     path = _plain(tmp_path, "ray-yardstick")
     (cell,) = load_cells(str(path))[1]
@@ -79,7 +79,7 @@ def test_ctrl_c_and_kill9_leave_no_ray_process(tmp_path, sig):
     assert "t" in fired, "the cell never trained"
     assert run.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), run.stderr[-3000:]
     kinds = " ".join(run.cmdlines.values())
-    assert "raylet" in kinds and "suite.launch.ray_driver" in kinds and "ray::RayTrainWorker" in kinds, kinds[:2000]
+    assert "raylet" in kinds and "suite.launch.ray.driver" in kinds and "ray::RayTrainWorker" in kinds, kinds[:2000]
     while run.alive() and time.monotonic() - fired["t"] < GONE_LIMIT_S:
         time.sleep(0.1)
     left = {pid: run.cmdlines.get(pid, "")[:100] for pid in run.alive()}

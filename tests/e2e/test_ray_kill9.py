@@ -1,4 +1,4 @@
-"""A private Ray cluster (suite/launch/ray_cluster.py) dies with the process that started it, even when that
+"""A private Ray cluster (suite/launch/ray/cluster.py) dies with the process that started it, even when that
 process is killed hard: no orphaned `ray start`, gcs_server or raylet holds the machine afterwards."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ pytest.importorskip("ray")
 # Stands for `suite run` with a ray cell: starts the run's private cluster, prints every pid of it, waits.
 RUNNER = """
 import json, time
-from suite.launch.ray_cluster import LocalCluster
+from suite.launch.ray.cluster import LocalCluster
 cluster = LocalCluster(nodes=1, cpus_per_node=1)
 cluster.start()
 time.sleep(2)  # Ray's own helper processes (dashboard agent, log monitor) start after the node is alive

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.launch.ray_cluster import LocalCluster
-from suite.runner.gates import curve_gate
+from suite.launch.ray.cluster import LocalCluster
+from suite.gates.loss import curve_gate
 from tests.e2e.ray_helpers import (
     EVERY, STEPS, by_strategy, events, ray_env, ray_processes_alive, scenario, step_loss_from_checkpoint, torchrun_twin,
     worker_events,
@@ -54,7 +54,7 @@ def _matches(result: dict, reference: list[float]) -> None:
 def test_ray_private_cluster(tmp_path, torchrun_curves):
     path = scenario(tmp_path, "ray-private")
     results = tmp_path / "results"
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     ddp = next(c for c in load_cells(str(path))[1] if c.strategy == "ddp")
     run = run_cli(["run", str(path), "--results", str(results)], tmp_path,
@@ -118,7 +118,7 @@ def test_ray_private_cluster(tmp_path, torchrun_curves):
 def test_ray_worker_killed(tmp_path, torchrun_curves):
     path = scenario(tmp_path, "ray-kill", strategy="ddp", ray={"max_failures": 1})
     results = tmp_path / "results"
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     (cell,) = load_cells(str(path))[1]
     cluster = LocalCluster(nodes=2, cpus_per_node=2)
@@ -130,7 +130,7 @@ def test_ray_worker_killed(tmp_path, torchrun_curves):
             return
         for workdir in (runs[0] / "work").iterdir():
             seen = events(workdir)
-            from suite.launch.ray_report import group_starts
+            from suite.launch.ray.rank_files import group_starts
 
             starts = group_starts(seen)
             saved = [e["step"] for e in seen if e["event"] == "checkpoint"]

@@ -31,7 +31,7 @@ timeout_s: 300
 
 
 def test_a_planted_lr_change_falls_outside_the_ddp_seed_band_and_the_unchanged_seeds_pass(tmp_path):
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     path = write(tmp_path / "band.yaml", SCENARIO)
     cells = load_cells(str(path))[1]

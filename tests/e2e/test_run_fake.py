@@ -30,7 +30,7 @@ exclude: [{gpus: 64, strategy: zero1}, {gpus: 64, strategy: zero2}]
 
 
 def test_statuses_infeasible_repeats_and_results_commands(tmp_path, cli):
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     path = write(tmp_path / "fake.yaml", SCENARIO)
     cells = {(c.strategy, c.gpus): c for c in load_cells(str(path))[1]}
@@ -75,7 +75,7 @@ def test_statuses_infeasible_repeats_and_results_commands(tmp_path, cli):
 
 
 def test_worker_ignoring_sigterm_is_killed_and_reaped(tmp_path, monkeypatch):
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
     from suite.launch import torchrun
     from suite.runner.cell import launch_request, write_payload
 
@@ -126,7 +126,7 @@ def test_preflight_records_allreduce_busbw_in_the_manifest(tmp_path, cli):
     infeasible 64) and stores the numbers in manifest.extra.preflight."""
     import json
 
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     path = write(tmp_path / "fake.yaml", SCENARIO)
     ok = {(c.strategy, c.gpus): c for c in load_cells(str(path))[1]}[("ddp", 2)]

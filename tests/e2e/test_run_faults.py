@@ -35,7 +35,7 @@ exclude:
 
 
 def test_faults_get_their_status_and_the_run_goes_on(tmp_path):
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     path = write(tmp_path / "faults.yaml", SCENARIO)
     cells = {(c.strategy, c.global_batch_size): c for c in load_cells(str(path))[1]}

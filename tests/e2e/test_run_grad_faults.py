@@ -34,7 +34,7 @@ timeout_s: 300
 
 
 def test_grad2x_and_desync_are_gate_failed_at_their_step_and_the_clean_cells_pass(tmp_path):
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     path = write(tmp_path / "gradfaults.yaml", SCENARIO)
     by = {(c.strategy, c.seed): c for c in load_cells(str(path))[1]}

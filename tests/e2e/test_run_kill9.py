@@ -63,7 +63,7 @@ def _wait_all_gone(run, since: float, limit: float) -> tuple[float, list[int]]:
 @pytest.mark.parametrize("fault", [None, "hang@2", "stubborn@2"],
                          ids=["training", "hanging", "hanging-ignoring-sigterm"])
 def test_kill9_of_the_runner_takes_the_cell_along_and_resume_completes(tmp_path, fault):
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     path = write(tmp_path / "kill9.yaml", SCENARIO.format(steps=40))
     first = load_cells(str(path))[1][0]
@@ -116,7 +116,7 @@ def _kill_rank(rank: str, results: Path, fired: dict):
 def test_a_rank_killed_by_sigkill_is_named_first(tmp_path, worker):
     """Rank 1 gets SIGKILL mid-training.  With real gloo ranks rank 0 then fails too ("Connection reset by
     peer" or similar) and records it; the cell's error must still start with rank 1 and its signal."""
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     path = write(tmp_path / "kill9.yaml", SCENARIO.format(steps=400 if worker is None else 40))
     ddp = next(c for c in load_cells(str(path))[1] if c.strategy == "ddp")

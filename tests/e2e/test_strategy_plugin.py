@@ -21,10 +21,10 @@ PLUGIN = '''
 from suite.strategies.registry import Comm, StrategySpec, register
 
 
-def apply(model, cell, device):
+def apply(model, mesh, policy, device):
     from suite.strategies.scratch.dp import apply as scratch_dp
 
-    parallel = scratch_dp(model, cell, device)
+    parallel = scratch_dp(model, mesh, policy, device)
     parallel.extra["throwaway_plugin"] = True  # proof that this apply, not another, built the model
     return parallel
 

@@ -1,6 +1,6 @@
 """A fixture factory for report/compare tests: real Cells, synthetic measurements, the runner's own aggregation.
 
-Cells come from suite.cells.expand (so ids, axes and the planner's prediction are the real ones).  Only what a
+Cells come from suite.scenario.expand.expand (so ids, axes and the planner's prediction are the real ones).  Only what a
 worker measures is synthetic: rank 0's record (step times, losses, gradient norms, tensor bytes, CUDA peaks,
 setup times), generated from a seeded RNG with the knobs a test needs to plant a change (a slower step, more
 noise, more memory, another status).  Everything derived from it (step statistics, throughput, MFU, memory
@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from suite.cells import Cell, expand
+from suite.scenario import Cell, expand
 from suite.launch import LaunchResult
 from suite.plan import predict
 from suite.results.schema import CellResult, CudaMemory, Gate, Manifest, RankRecord, SetupTimes, TensorBytes

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 
-from suite.cells import Cell
+from suite.scenario import Cell
 from suite.launch import LaunchResult
 from suite.results.schema import RankRecord, SetupTimes
 from suite.runner import run as run_mod

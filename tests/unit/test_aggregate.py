@@ -7,8 +7,9 @@ import math
 import pytest
 
 from suite.plan.flops import PEAK_SOURCE
-from suite.results.schema import CudaMemory, PeakMemory, RankRecord, SetupTimes, TensorBytes
+from suite.results.schema import CudaMemory, PeakMemory, RankRecord, SetupTimes, StepStats, TensorBytes
 from suite.runner import aggregate as agg
+from suite.stats import percentile
 
 
 def _record(rank=0, **kw) -> RankRecord:
@@ -27,29 +28,29 @@ PREDICTION = {"flops_per_token": 1.0e9, "memory_bytes": {
 
 def test_percentile_matches_linear_interpolation():
     xs = [5.0, 1.0, 3.0, 2.0, 4.0]
-    assert agg.percentile(xs, 50) == 3.0
-    assert agg.percentile(xs, 10) == pytest.approx(1.4)
-    assert agg.percentile(xs, 90) == pytest.approx(4.6)
-    assert agg.percentile([7.0], 90) == 7.0
+    assert percentile(xs, 50) == 3.0
+    assert percentile(xs, 10) == pytest.approx(1.4)
+    assert percentile(xs, 90) == pytest.approx(4.6)
+    assert percentile([7.0], 90) == 7.0
     with pytest.raises(ValueError):
-        agg.percentile([], 50)
+        percentile([], 50)
 
 
 def test_percentile_is_the_report_quantile():
-    from suite.report.stats import quantile
+    from suite.stats import quantile
 
     xs = [0.7, 0.1, 0.4, 0.9, 0.25, 0.33]
-    assert all(agg.percentile(xs, q) == quantile(xs, q / 100) for q in (0, 10, 25, 50, 90, 99, 100))
+    assert all(percentile(xs, q) == quantile(xs, q / 100) for q in (0, 10, 25, 50, 90, 99, 100))
 
 
 def test_step_stats_exclude_warmup():
     r = _record()
     times = agg.measured_steps(r)
     assert times == [1.0, 2.0, 3.0, 4.0, 5.0]
-    s = agg.step_stats(times)
+    s = StepStats.of(times)
     assert (s.n, s.median, s.mean) == (5, 3.0, 3.0)
     assert (s.p10, s.p90) == (pytest.approx(1.4), pytest.approx(4.6))
-    assert agg.step_stats([]) is None
+    assert StepStats.of([]) is None
 
 
 def test_throughput_is_per_mean_step_and_per_device():

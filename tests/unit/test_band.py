@@ -7,10 +7,10 @@ import statistics
 
 import pytest
 
-from suite.cells import expand
+from suite.scenario import expand
 from suite.results.schema import CellResult, EvalPoint
-from suite.runner.band import band_gate, band_points, band_references
-from suite.runner.gates import run_order
+from suite.gates.band import band_gate, band_points, band_references
+from suite.gates.loss import run_order
 from suite.scenario import Scenario, ScenarioError
 
 BASE = {"name": "b", "model": "gpt-tiny", "seq_len": 16, "strategy": ["ddp", "zero3"], "gpus": 2,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.cells import Cell, expand, load_cells
+from suite.scenario import Cell, expand, load_cells
 from suite.scenario import Scenario, ScenarioError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,7 +120,7 @@ def test_ids_are_unique_within_every_shipped_scenario():
 
 
 _IDS_SCRIPT = (
-    "import json, sys; from suite.cells import load_cells; "
+    "import json, sys; from suite.scenario.expand import load_cells; "
     "print(json.dumps([c.id for c in load_cells(sys.argv[1])[1]]))"
 )
 

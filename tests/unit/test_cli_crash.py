@@ -33,7 +33,7 @@ def test_exit_code_70_is_documented_and_distinct():
 
 
 def test_a_crash_in_compare_exits_70_with_its_traceback(cli, run_dir, monkeypatch):
-    import suite.report.compare_out as compare_out
+    import suite.compare.output as compare_out
 
     monkeypatch.setattr(compare_out, "print_terminal", boom)  # rendering crashes after the verdicts are known
     result = cli("compare", run_dir, run_dir, crash_ok=True)
@@ -44,7 +44,7 @@ def test_a_crash_in_compare_exits_70_with_its_traceback(cli, run_dir, monkeypatc
 
 
 def test_the_cli_fixture_fails_a_test_whose_command_crashed(cli, run_dir, monkeypatch):
-    import suite.report.compare_out as compare_out
+    import suite.compare.output as compare_out
 
     monkeypatch.setattr(compare_out, "print_terminal", boom)
     with pytest.raises(pytest.fail.Exception, match="(?s)crashed .exit 70.*ZeroDivisionError"):
@@ -73,7 +73,7 @@ def test_a_crash_in_run_exits_70_not_a_cell_failed(cli, write_scenario, monkeypa
 
 
 def test_a_bad_plugin_is_still_the_users_error_exit_2(cli, run_dir, monkeypatch):
-    import suite.report.compare_out as compare_out
+    import suite.compare.output as compare_out
     from suite.strategies.registry import PluginError
 
     def plugin(*args, **kwargs):
@@ -93,7 +93,7 @@ def test_the_installed_entry_point_exits_70_on_a_crash(run_dir):
     # the shell's path (main()), not CliRunner's: what CI sees
     code = f"""
 import sys
-import suite.report.compare_out as compare_out
+import suite.compare.output as compare_out
 def boom(*a, **k):
     raise ZeroDivisionError("planted")
 compare_out.print_terminal = boom
@@ -108,7 +108,7 @@ main()
 
 def test_an_eof_error_is_a_crash_not_an_abort(cli, run_dir, monkeypatch):
     """suite never prompts: an EOFError is a truncated file read by suite (typer's Abort would exit 1)."""
-    import suite.report.compare_out as compare_out
+    import suite.compare.output as compare_out
 
     def truncated(*args, **kwargs):
         raise EOFError("Ran out of input")
@@ -122,7 +122,7 @@ def test_a_closed_pipe_is_not_a_regression(cli, run_dir, monkeypatch):
     """`suite compare A B | head` under pipefail: 141 (128 + SIGPIPE), never compare's 1."""
     import errno
 
-    import suite.report.compare_out as compare_out
+    import suite.compare.output as compare_out
 
     def closed(*args, **kwargs):
         raise BrokenPipeError(errno.EPIPE, "Broken pipe")

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from suite.cells import load_cells
+from suite.scenario import load_cells
 from suite.plan import predict
-from suite.scenario import AXES, Scenario
+from suite.axes import AXES
+from suite.scenario import Scenario
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_KEYS = {"cell", "settings", "num_parameters", "memory_bytes", "as_implemented", "analytic", "host_bytes", "traced", "trace_error", "fits",

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
-from suite.report.compare import compare, parse_threshold, CompareUsageError
+from suite.compare.comparison import compare, parse_threshold, CompareUsageError
 from suite.results.reader import load_runs
 from suite.results.schema import Gate
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
-from suite.report import checks
-from suite.report.checks import CHECKS, DEFAULT_THRESHOLDS, METRICS, Side, StepTimeCheck
+from suite.compare import checks
+from suite.compare.checks import CHECKS, DEFAULT_THRESHOLDS, METRICS, Side, StepTimeCheck
 from suite.results.reader import load_runs
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from report_fixtures import make_cells, make_manifest, make_result
 
-from suite.report.compare import compare
+from suite.compare.comparison import compare
 from suite.report.tables import cell_rows, display_columns
 from suite.results.reader import Run
 from suite.results.schema import EvalPoint, TimeToTarget

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.cells import load_cells
+from suite.scenario import load_cells
 from suite.launch import container
 from suite.launch.torchrun import command as torchrun_command
 from suite.runner.cell import launch_request

@@ -8,7 +8,7 @@ import pickle
 import pytest
 import torch
 
-from suite.cells import expand
+from suite.scenario import expand
 from suite.data import build_data
 from suite.data.cifar10 import MARKER, MEAN, STD, load_cifar10, write_tiny_cifar10
 from suite.data.synthetic import PROBS, MarkovTokens

@@ -16,7 +16,7 @@ from test_data import TINY_VIT, _cell
 from suite.data import build_data
 from suite.data.cifar10 import MEAN, STD, write_tiny_cifar10
 from suite.scenario import Scenario
-from suite.scenario_data import EVAL_FRACTION
+from suite.scenario.data import EVAL_FRACTION
 
 
 def _held_out(cell, index):

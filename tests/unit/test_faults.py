@@ -41,7 +41,7 @@ def test_stretch_lengthens_the_timed_region_by_the_factor(monkeypatch):
 
 
 def test_a_planted_lr_factor_changes_the_cell_as_trained_but_not_its_id():
-    from suite.cells import expand
+    from suite.scenario import expand
     from suite.scenario import Scenario
     from suite.worker.faults import Faults, parse_factor
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from suite.cells import expand
+from suite.scenario import expand
 from suite.results.schema import CellResult
-from suite.runner import gates as g
+from suite.gates import loss as g
 from suite.scenario import Scenario
 
 
@@ -182,7 +182,7 @@ def test_match_without_gradient_norms_compares_losses_and_says_so():
 
 
 def test_gradient_tolerance_by_precision():
-    from suite.scenario_gates import GRAD_RTOL, MatchGate
+    from suite.scenario.convergence import GRAD_RTOL, MatchGate
 
     m = MatchGate.model_validate({"strategy": "ddp"})
     assert m.grad_rtol is None and m.grad_tolerance("fp32") == GRAD_RTOL["fp32"] == 1e-5
@@ -193,7 +193,7 @@ def test_gradient_tolerance_by_precision():
 
 
 def test_loss_tolerance_by_precision():
-    from suite.scenario_gates import LOSS_RTOL, MatchGate
+    from suite.scenario.convergence import LOSS_RTOL, MatchGate
 
     m = MatchGate.model_validate({"strategy": "ddp"})
     assert m.rtol is None and m.loss_tolerance("fp32") == LOSS_RTOL["fp32"] == 1e-5

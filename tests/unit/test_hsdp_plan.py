@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite.cells import expand
+from suite.scenario import expand
 from suite.plan import predict
 from suite.plan.memory import shard_world
 from suite.scenario import Scenario, ScenarioError

@@ -72,7 +72,7 @@ def test_classify_names_the_killed_rank_before_the_peer_that_blamed_the_connecti
 
 
 def test_build_result_keeps_the_first_failure_typed(tmp_path):
-    from suite.cells import expand
+    from suite.scenario import expand
     from suite.scenario import Scenario
 
     cell = expand(Scenario.model_validate(dict(name="t", model="gpt-tiny", seq_len=16, gpus=2, micro_batch_size=2,

@@ -1,4 +1,4 @@
-"""Parent-death signals (suite/launch/lifeline.py), with real processes: a child tied to its parent dies when
+"""Parent-death signals (suite/lifeline.py), with real processes: a child tied to its parent dies when
 the parent is SIGKILLed, a child whose parent is already gone dies at once, and a guarded launcher kills its
 children (in sessions of their own) when its own parent dies."""
 
@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from suite.launch import lifeline
+from suite import lifeline
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux only")
 
@@ -56,7 +56,7 @@ def _start(head: str, tail: str) -> tuple[subprocess.Popen, int]:
 
 
 def test_a_rank_dies_with_its_launcher():
-    middle, rank = _start("", "from suite.launch.lifeline import die_with_parent; die_with_parent()")
+    middle, rank = _start("", "from suite.lifeline import die_with_parent; die_with_parent()")
     try:
         assert psutil.Process(rank).is_running()
         middle.kill()
@@ -80,7 +80,7 @@ def test_without_the_lifeline_the_grandchild_outlives_its_parent():
 def test_a_guarded_launcher_kills_its_ranks_when_the_runner_dies():
     # the middle process is the launcher, guarded against its parent (this test process, the "runner")
     launcher = subprocess.Popen([sys.executable, "-c", MIDDLE.format(
-        head="from suite.launch.lifeline import guard_launcher; guard_launcher()", tail="import time")],
+        head="from suite.lifeline import guard_launcher; guard_launcher()", tail="import time")],
         env=_env(**{lifeline.PARENT_ENV: str(os.getpid())}), stdout=subprocess.PIPE, text=True)
     rank = int(launcher.stdout.readline())
     try:
@@ -96,13 +96,13 @@ def test_a_guarded_launcher_kills_its_ranks_when_the_runner_dies():
 
 def test_a_parent_that_died_before_prctl_is_noticed():
     """The race: the expected parent (env) is not our parent any more, so the process takes its signal itself."""
-    code = "from suite.launch.lifeline import die_with_parent; die_with_parent(); import time; time.sleep(30)"
+    code = "from suite.lifeline import die_with_parent; die_with_parent(); import time; time.sleep(30)"
     proc = subprocess.run([sys.executable, "-c", code], env=_env(**{lifeline.RANK_PARENT_ENV: "1"}), timeout=30)
     assert proc.returncode == -signal.SIGKILL
 
 
 def test_the_signal_is_set_and_survives_in_the_process():
-    code = ("from suite.launch.lifeline import die_with_parent, parent_death_signal; "
+    code = ("from suite.lifeline import die_with_parent, parent_death_signal; "
             "die_with_parent(); print(parent_death_signal())")
     out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=30)
     assert out.stdout.strip() == str(int(signal.SIGKILL))

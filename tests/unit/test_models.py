@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from suite.cells import expand
+from suite.scenario import expand
 from suite.models.build import build_model, init_weights
 from suite.models.presets import PRESETS, GptShape, LlamaShape, VitShape
 from suite.plan import predict

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from suite.report.noise import judge
-from suite.report.stats import t_ppf
+from suite.compare.noise import judge
+from suite.stats import t_ppf
 
 T95_4 = 2.131847  # t(0.95, df=4): 3 + 3 repeats
 

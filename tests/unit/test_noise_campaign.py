@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.report.compare import DEFAULT_THRESHOLDS
-from suite.report.noise import judge
+from suite.compare.comparison import DEFAULT_THRESHOLDS
+from suite.compare.noise import judge
 
 FIXTURE = Path(__file__).parent / "fixtures" / "noise_campaign.json"
 METRICS = {"step_time": True, "tokens_per_s": False}  # metric -> higher is worse

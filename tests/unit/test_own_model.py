@@ -15,12 +15,12 @@ import textwrap
 import pytest
 import torch
 
-from suite.cells import expand
+from suite.scenario import expand
 from suite.models.build import build_model, materialize
 from suite.models.own import HfShape, PythonShape, read_config
 from suite.plan import predict
 from suite.scenario import Scenario, ScenarioError
-from suite.scenario_source import load_scenario
+from suite.scenario.source import load_scenario
 from tests.dist.spawn import ROOT, make_cell
 
 LLAMA = "scenarios/models/llama-tiny-hf.json"

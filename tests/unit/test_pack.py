@@ -13,7 +13,8 @@ import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
 from suite.results import pack as packmod
-from suite.results.pack import PackError, open_inputs, pack
+from suite.results.pack import PackError, pack
+from suite.results.unpack import open_inputs
 from suite.results.unpack import unpack
 from suite.results.reader import load_runs
 

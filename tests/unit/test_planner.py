@@ -14,7 +14,7 @@ from fractions import Fraction as F
 
 import pytest
 
-from suite.cells import expand
+from suite.scenario import expand
 from suite.models.presets import PRESETS
 from suite.plan import predict
 from suite.plan.memory import activation_bytes
@@ -193,7 +193,7 @@ def test_fits_boundary_and_unknown_memory():
 
 
 def test_planner_needs_no_torch():
-    code = ("import sys; from suite.cells import load_cells; from suite.plan.rows import plan_rows; "
+    code = ("import sys; from suite.scenario.expand import load_cells; from suite.plan.rows import plan_rows; "
             "plan_rows(load_cells('scenarios/zero-stages.yaml')[1]); "
             "assert 'torch' not in sys.modules, 'planner imported torch'")
     from pathlib import Path

@@ -7,7 +7,7 @@ import json
 
 from rich.console import Console
 
-from suite.cells import expand
+from suite.scenario import expand
 from suite.results.schema import CellResult
 from suite.runner.progress import EventTail, RunProgress
 from suite.scenario import Scenario

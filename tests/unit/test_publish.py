@@ -20,7 +20,7 @@ from site_fixtures import SLOW_CELL, baseline_runs, make_nights, slow_run
 
 from suite.publish.command import publish
 from suite.publish.state import slim
-from suite.report.compare import compare
+from suite.compare.comparison import compare
 from suite.results.reader import load_runs
 
 

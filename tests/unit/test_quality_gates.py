@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from suite.results.schema import EvalPoint
-from suite.runner.quality import quality_gates
-from suite.scenario import Convergence
+from suite.gates.quality import quality_gates
+from suite.scenario.convergence import Convergence
 
 
 def points(accuracies, losses=None):

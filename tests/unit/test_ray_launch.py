@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.cells import expand, load_cells
+from suite.scenario import expand, load_cells
 from suite.results.schema import RankRecord
-from suite.scenario import Scenario, ScenarioError, load_scenario
+from suite.scenario import load_scenario, Scenario, ScenarioError
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = dict(name="r", launcher="ray", device="cpu", model="gpt-tiny", seq_len=32, gpus=2, nodes=2,
@@ -79,7 +79,7 @@ def test_shipped_ray_scenarios():
 
 
 def test_private_cluster_size():
-    from suite.launch.ray import _local_size
+    from suite.launch.ray.launcher import _local_size
     from suite.runner.cell import launch_request
 
     (cell,) = expand(Scenario(**{**BASE, "gpus": 4, "global_batch_size": 16}))
@@ -91,10 +91,10 @@ def test_private_cluster_size():
 
 @pytest.fixture
 def ray_driver():
-    """suite.launch.ray_driver (it imports Ray at the top): only the tests that use it skip without the ray extra.
+    """suite.launch.ray.driver (it imports Ray at the top): only the tests that use it skip without the ray extra.
 
     A module-level importorskip here skipped the whole file, the scenario and sizing tests above included."""
-    return pytest.importorskip("suite.launch.ray_driver", reason="the ray extra is not installed")
+    return pytest.importorskip("suite.launch.ray.driver", reason="the ray extra is not installed")
 
 
 def test_auto_placement_pins_gpus_over_nodes_in_blocks(ray_driver):
@@ -110,11 +110,11 @@ def _record(rank: int, status: str = "ok") -> RankRecord:
 
 @pytest.fixture
 def ray_report():
-    return pytest.importorskip("suite.launch.ray_report", reason="the ray extra is not installed")
+    return pytest.importorskip("suite.launch.ray.rank_files", reason="the ray extra is not installed")
 
 
 def test_reporter_writes_events_records_and_restarts(tmp_path, ray_report):
-    from suite.worker.ray_entry import RankFailed
+    from suite.launch.ray.events import RankFailed
 
     rep = ray_report.Reporter(str(tmp_path))
     start = [{"suite_event": "start", "node_id": f"n{r}", "pid": 100 + r, "t": 1.0} for r in range(2)]
@@ -140,6 +140,6 @@ def test_reporter_writes_events_records_and_restarts(tmp_path, ray_report):
 
 def test_train_func_resolves_the_same_worker_as_torchrun():
     from suite.worker.main import run_worker
-    from suite.worker.ray_entry import resolve_worker
+    from suite.launch.ray.train_fn import resolve_worker
 
     assert resolve_worker("suite.worker") is run_worker

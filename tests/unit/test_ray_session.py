@@ -1,4 +1,4 @@
-"""The run's Ray driver as the runner sees it (suite/launch/ray_session.py), without Ray: a stand-in driver
+"""The run's Ray driver as the runner sees it (suite/launch/ray/session.py), without Ray: a stand-in driver
 that speaks the same protocol (ready file, one JSON job per stdin line, WORKDIR/ray_driver.json answers) shows
 that one process serves several cells, that a hung job is stopped by the one supervision loop with nothing
 left behind, and that a stopped driver is never given another job.  Also: the files channel's start lines and
@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from suite.launch.ray_session import Driver, group_pids, phases
+from suite.launch.ray.session import Driver, group_pids, phases
 from suite.launch.supervise import supervise
 
 FAKE = textwrap.dedent('''
@@ -79,8 +79,8 @@ def test_a_driver_that_cannot_connect_is_an_error_naming_its_log(tmp_path):
 
 def test_files_channel_start_files_group_by_attempt(tmp_path):
     pytest.importorskip("ray")
-    from suite.launch import ray_report
-    from suite.launch.ray_report import note_start
+    from suite.launch.ray import rank_files as ray_report
+    from suite.launch.ray.rank_files import note_start
 
     (tmp_path / "cell.json").write_text("{}")
     facts = {"node_id": "n", "node_ip": "1.2.3.4", "hostname": "h", "pid": 1}
@@ -120,7 +120,7 @@ def test_a_job_for_a_driver_that_died_is_a_clean_error(tmp_path, fake_driver):
 
 
 def test_ctrl_c_while_the_driver_starts_stops_it(tmp_path):
-    from suite.launch.ray_session import Interrupted
+    from suite.launch.ray.session import Interrupted
 
     (tmp_path / "slow_driver.py").write_text("import time; time.sleep(600)\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from suite.cells import expand
+from suite.scenario import expand
 from suite.plan import predict
 from suite.plan.memory import static_bytes
 from suite.scenario import Scenario
@@ -61,7 +61,7 @@ def test_report_order_and_twins_read_the_registry(throwaway):
 
 def test_checkpointable_is_the_entry(throwaway):
     pytest.importorskip("torch")
-    from suite.worker.ray_checkpoint import check_supported
+    from suite.launch.ray.checkpoint import check_supported
 
     check_supported("zero2")
     with pytest.raises(ValueError, match="tmp-zero2 are not supported"):

@@ -130,11 +130,11 @@ def test_html_json_csv_and_plot(cli, run, tmp_path):
 
 def test_plot_bars_capped_and_missing_predictions_skipped(run, monkeypatch):
     drawn = []
-    monkeypatch.setattr(plots, "_png", lambda fig: drawn.append(fig) or b"png")
+    monkeypatch.setattr(peaks, "png", lambda fig: drawn.append(fig) or b"png")
     rows = cell_rows(load_runs([run]))
     assert peaks.peak_plot(rows, ["strategy"], False).name == "peaks"
     bars = [len(ax.patches) for ax in drawn[0].axes]
     assert bars == [3 + 3 + 2 + 1]  # measured x3, textbook x3, as implemented x2 (ddp, zero1), traced x1 (ddp)
-    monkeypatch.setattr(plots, "MAX_BARS", 1)
+    monkeypatch.setattr(peaks, "MAX_BARS", 1)
     peaks.peak_plot(rows, ["strategy"], False)
     assert [len(ax.patches) for ax in drawn[1].axes] == [4]  # ddp alone, all four bars

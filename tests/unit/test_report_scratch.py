@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
-from suite.cells import load_cells
+from suite.scenario import load_cells
 from suite.results.reader import load_runs
 from suite.report.markdown import report_markdown
 from suite.report.pivots import pivots

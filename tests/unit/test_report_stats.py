@@ -1,4 +1,4 @@
-"""suite.report.stats against values worked out by hand (scipy is not installed; the arithmetic is shown)."""
+"""suite.stats against values worked out by hand (scipy is not installed; the arithmetic is shown)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from suite.report.stats import betainc, mad_sigma, quantile, summary, t_ppf, t_sf
+from suite.stats import betainc, mad_sigma, quantile, summary, t_ppf, t_sf
 
 
 def test_quantile_interpolates_linearly():

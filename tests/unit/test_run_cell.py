@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite.cells import expand
+from suite.scenario import expand
 from suite.launch import LaunchResult
 from suite.plan import predict
 from suite.results.schema import RankRecord

@@ -39,7 +39,7 @@ def world(tmp_path, monkeypatch):
 
 
 def _cells(path):
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
 
     return {(c.strategy, c.global_batch_size): c for c in load_cells(str(path))[1]}
 

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from suite.cells import load_cells
+from suite.scenario import load_cells
 from suite.console import EXIT_INPUT, EXIT_OK
 from tests.scenario_texts import infeasible
 from stand_in_launcher import install

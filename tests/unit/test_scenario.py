@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from suite.cells import load_cells
-from suite.scenario import Scenario, ScenarioError, load_scenario
+from suite.scenario import load_cells
+from suite.scenario import load_scenario, Scenario, ScenarioError
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "scenarios"

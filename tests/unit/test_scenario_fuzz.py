@@ -123,7 +123,7 @@ def _clean(problem: object, path: Path) -> bool:
 
 
 def _run(path: Path) -> tuple[str, str]:
-    from suite.cells import load_cells
+    from suite.scenario import load_cells
     from suite.plan.rows import plan_rows
     from suite.scenario import ScenarioError
 

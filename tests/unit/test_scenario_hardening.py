@@ -1,5 +1,5 @@
 """Hostile scenario files: every one is answered with one `file:line: field: message` error and exit 2, quickly
-and in little memory (suite/scenario_yaml.py bounds the YAML; the validators bound the values).
+and in little memory (suite/scenario/yaml_loader.py bounds the YAML; the validators bound the values).
 
 Each test is one way a file used to crash or hang `suite validate` / `plan` (issue 12): a traceback, a
 RecursionError, gigabytes of memory or minutes of CPU.  Time and memory are asserted, not just the message.
@@ -13,9 +13,10 @@ import tracemalloc
 
 import pytest
 
-from suite.cells import MAX_CELLS, load_cells
+from suite.scenario import load_cells
+from suite.scenario.expand import MAX_CELLS
 from suite.scenario import ScenarioError
-from suite.scenario_yaml import MAX_ALIASES, MAX_BYTES, MAX_DEPTH, MAX_INT_DIGITS, MAX_NODES
+from suite.scenario.yaml_loader import MAX_ALIASES, MAX_BYTES, MAX_DEPTH, MAX_INT_DIGITS, MAX_NODES
 
 HEAD = "name: t\nmodel: gpt-tiny\nseq_len: 8\n"  # lines 1-3 of a valid scenario; the tests add line 4 on
 

@@ -12,7 +12,7 @@ import pytest
 from suite.plan import predict
 from suite.plan.search import max_micro_batch
 from suite.plan.trace import TraceCache, TraceError, check_traceable, trace_cell, trace_key
-from suite.plan.traced import Trace, TraceFailure
+from suite.plan.trace_record import Trace, TraceFailure
 from suite.strategies import registry
 from tests.dist.spawn import make_cell
 
@@ -64,9 +64,9 @@ def test_plan_of_1000_cells_traces_two_shapes(benchmark):
 def test_untraceable_strategy_is_refused_by_name(tmp_path, monkeypatch):
     (tmp_path / "host_reader.py").write_text(
         "from suite.strategies.scratch.dp import apply as dp\n"
-        "def apply(model, cell, device):\n"
+        "def apply(model, mesh, policy, device):\n"
         "    float(next(model.parameters()).sum())  # reads a value on the host: fake tensors have none\n"
-        "    return dp(model, cell, device)\n")
+        "    return dp(model, mesh, policy, device)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     registry.register(registry.StrategySpec("host-reader", "dp", "host_reader:apply", registry.Comm(2), "test"))
     registry.register(registry.StrategySpec("opaque", "dp", "host_reader:apply", registry.Comm(2), "test",
@@ -153,7 +153,7 @@ def test_plan_bad_requests_exit_2(cli, scenario, args, message):
 def test_planner_without_trace_needs_no_torch():
     import subprocess
 
-    code = ("import sys; from suite.cells import load_cells; from suite.plan.rows import plan_rows; "
+    code = ("import sys; from suite.scenario.expand import load_cells; from suite.plan.rows import plan_rows; "
             "from suite.plan.trace import trace_key; cells = load_cells('scenarios/trace-llama3-8b.yaml')[1]; "
             "plan_rows(cells); [trace_key(c) for c in cells]; assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -31,14 +31,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
+from suite.strategies.base import Parallel, Policy, count_tensor_bytes, make_optimizer, whole_world
 from suite.strategies.scratch.common import broadcast_from_rank0, storage_bytes, trainable
 
 
-def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
+def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Parallel:
+    whole_world(mesh, policy)
     params = trainable(model)
     broadcast_from_rank0(p.data for p in params)
-    optimizer = make_optimizer(params, cell, device)
+    optimizer = make_optimizer(params, policy.optimizer, device)
     world = dist.get_world_size()
 
     @torch.no_grad()

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
+from suite.strategies.base import Parallel, Policy, count_tensor_bytes, make_optimizer, whole_world
 from suite.strategies.scratch.common import (
     Bucket,
     BucketReducer,
@@ -76,13 +76,14 @@ class BucketedAllReduce(BucketReducer):
         buffer.div_(self.world)  # in place: every parameter's .grad is a view of it
 
 
-def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
+def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Parallel:
+    whole_world(mesh, policy)
     params = trainable(model)
     broadcast_from_rank0(p.data for p in params)
-    reducer = BucketedAllReduce(params, cell.bucket_cap_mb)
-    optimizer = make_optimizer(params, cell, device)
+    reducer = BucketedAllReduce(params, policy.bucket_cap_mb)
+    optimizer = make_optimizer(params, policy.optimizer, device)
     return Parallel(model=model, optimizer=optimizer, no_sync=reducer.no_sync, before_step=reducer.finish,
                     # the gradients are views of the buckets: storage_bytes counts each bucket once
                     count_bytes=lambda: count_tensor_bytes(params, optimizer, count=storage_bytes),
-                    extra={"bucket_cap_mb": cell.bucket_cap_mb, "buckets": len(reducer.buckets),
+                    extra={"bucket_cap_mb": policy.bucket_cap_mb, "buckets": len(reducer.buckets),
                            "communication": "one async all-reduce per bucket, launched when the bucket is full"})

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
+from suite.strategies.base import Parallel, Policy, count_tensor_bytes, make_optimizer, whole_world
 from suite.strategies.scratch.common import Bucket, BucketReducer, broadcast_from_rank0, storage_bytes, trainable
 
 
@@ -60,11 +60,12 @@ class OverlappedAllReduce(BucketReducer):
         grad.div_(self.world)
 
 
-def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
+def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Parallel:
+    whole_world(mesh, policy)
     params = trainable(model)
     broadcast_from_rank0(p.data for p in params)
     reducer = OverlappedAllReduce(params)
-    optimizer = make_optimizer(params, cell, device)
+    optimizer = make_optimizer(params, policy.optimizer, device)
     return Parallel(model=model, optimizer=optimizer, no_sync=reducer.no_sync, before_step=reducer.finish,
                     count_bytes=lambda: count_tensor_bytes(params, optimizer, count=storage_bytes),
                     extra={"communication": "one async all-reduce per parameter, launched from its gradient hook"})

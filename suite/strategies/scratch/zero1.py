@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch import nn
 
 from suite.results.schema import TensorBytes
-from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
+from suite.strategies.base import Parallel, Policy, count_tensor_bytes, make_optimizer, whole_world
 from suite.strategies.scratch.common import (
     Bucket,
     FlatLayout,
@@ -83,11 +83,11 @@ class ShardedBucket(Bucket):
         all_gather_flat(self.flat, shard)
 
 
-def make_buckets(model: nn.Module, cell, device: torch.device) -> list[ShardedBucket]:
+def make_buckets(model: nn.Module, policy: Policy, device: torch.device) -> list[ShardedBucket]:
     params = trainable(model)
     broadcast_from_rank0(p.data for p in params)
-    dtype = compute_dtype(cell.precision) or torch.float32
-    return [ShardedBucket(group, dtype, device) for group in buckets_by_size(params, cell.bucket_cap_mb)]
+    dtype = compute_dtype(policy.precision) or torch.float32
+    return [ShardedBucket(group, dtype, device) for group in buckets_by_size(params, policy.bucket_cap_mb)]
 
 
 def count_sharded_bytes(buckets: list[ShardedBucket], optimizer) -> TensorBytes:
@@ -98,9 +98,10 @@ def count_sharded_bytes(buckets: list[ShardedBucket], optimizer) -> TensorBytes:
                               count=storage_bytes)
 
 
-def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
-    buckets = make_buckets(model, cell, device)
-    optimizer = make_optimizer([b.master for b in buckets], cell, device)
+def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Parallel:
+    whole_world(mesh, policy)
+    buckets = make_buckets(model, policy, device)
+    optimizer = make_optimizer([b.master for b in buckets], policy.optimizer, device)
     drop_model_grads_on_zero_grad(optimizer, [p for b in buckets for p in b.params])
     world = dist.get_world_size()
 
@@ -121,6 +122,6 @@ def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
     return Parallel(
         model=model, optimizer=optimizer, count_bytes=lambda: count_sharded_bytes(buckets, optimizer),
         before_step=before_step, after_step=after_step, sharded_grad_scaler=True,
-        extra={"bucket_cap_mb": cell.bucket_cap_mb, "buckets": len(buckets),
+        extra={"bucket_cap_mb": policy.bucket_cap_mb, "buckets": len(buckets),
                "communication": "all-reduce of gradients, all-gather of updated shards (3 x params)"},
     )

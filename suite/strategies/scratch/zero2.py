@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from suite.strategies.base import Parallel, make_optimizer
+from suite.strategies.base import Parallel, Policy, make_optimizer, whole_world
 from suite.strategies.scratch.common import (
     BucketReducer,
     drop_model_grads_on_zero_grad,
@@ -56,10 +56,11 @@ class ReduceScatterGrads(BucketReducer):
         set_master_grad(bucket.master, out.div_(self.world))
 
 
-def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
-    buckets = make_buckets(model, cell, device)
+def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Parallel:
+    whole_world(mesh, policy)
+    buckets = make_buckets(model, policy, device)
     reducer = ReduceScatterGrads(buckets)
-    optimizer = make_optimizer([b.master for b in buckets], cell, device)
+    optimizer = make_optimizer([b.master for b in buckets], policy.optimizer, device)
     drop_model_grads_on_zero_grad(optimizer, [p for b in buckets for p in b.params])
 
     def after_step() -> None:
@@ -69,7 +70,7 @@ def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
     return Parallel(
         model=model, optimizer=optimizer, count_bytes=lambda: count_sharded_bytes(buckets, optimizer),
         no_sync=reducer.no_sync, before_step=reducer.finish, after_step=after_step, sharded_grad_scaler=True,
-        extra={"bucket_cap_mb": cell.bucket_cap_mb, "buckets": len(buckets),
+        extra={"bucket_cap_mb": policy.bucket_cap_mb, "buckets": len(buckets),
                "communication": "reduce-scatter of gradients per bucket during backward, all-gather of "
                                 "updated shards (2 x params)"},
     )

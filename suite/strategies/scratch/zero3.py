@@ -49,7 +49,7 @@ import torch.distributed as dist
 from torch import nn
 
 from suite.results.schema import TensorBytes
-from suite.strategies.base import Parallel, count_tensor_bytes, make_optimizer
+from suite.strategies.base import Parallel, Policy, count_tensor_bytes, make_optimizer, whole_world
 from suite.strategies.scratch.common import (
     Bucket,
     BucketReducer,
@@ -103,8 +103,8 @@ class Unit(Bucket):
 
 
 class Zero3(BucketReducer):
-    def __init__(self, model: nn.Module, cell, device: torch.device):
-        dtype = compute_dtype(cell.precision) or torch.float32
+    def __init__(self, model: nn.Module, policy: Policy, device: torch.device):
+        dtype = compute_dtype(policy.precision) or torch.float32
         params = trainable(model)
         broadcast_from_rank0(p.data for p in params)
         in_blocks = [[p for p in block.parameters() if p.requires_grad] for block in model.blocks]
@@ -176,9 +176,10 @@ class Zero3(BucketReducer):
                                   optimizer, count=storage_bytes)
 
 
-def apply(model: nn.Module, cell, device: torch.device) -> Parallel:
-    z = Zero3(model, cell, device)
-    optimizer = make_optimizer([u.master for u in z.units], cell, device)
+def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Parallel:
+    whole_world(mesh, policy)
+    z = Zero3(model, policy, device)
+    optimizer = make_optimizer([u.master for u in z.units], policy.optimizer, device)
     drop_model_grads_on_zero_grad(optimizer, [p for u in z.units for p in u.params])
     return Parallel(
         model=model, optimizer=optimizer, count_bytes=lambda: z.count_bytes(optimizer), no_sync=z.no_sync,

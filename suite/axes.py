@@ -1,0 +1,98 @@
+"""The axes a scenario sweeps: each axis once, with its allowed values, its table header and its order.
+
+This table is the one place an axis is written down.  Everything that knows about axes reads it:
+
+    scenario/   the fields a scenario may sweep (`Scenario`), the closed value sets (`CHECKPOINTING`,
+                `PRECISIONS`) as pydantic Literals, `exclude` / `match` / `band` keys, the cell id
+    worker/     the checkpointing mode and precision it is handed (typed by these Literals)
+    results/    the `Axes` record each stored cell result carries (one typed field per axis)
+    report/     column headers, the order rows and pivot columns are sorted in, `--group-by`
+    compare/    how a cell is described (`ckpt=full tp=2`)
+
+Adding a *value* to a closed axis (a new checkpointing mode) is one entry in its tuple below plus the code that
+implements it (for checkpointing: `techniques/checkpointing.POLICIES` and the planner's
+`plan/memory.ACTIVATIONS`); validation, the JSON Schema, the report's ordering and the worker follow from here.
+Adding an *axis* is one `Axis` entry plus its field on `Scenario` (its type and bounds) and the code that uses
+it.  Open axes (model, strategy, the sizes) are validated by their types or registries, not by a tuple here.
+
+Pure data: no torch, no pydantic, no other suite module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+# ------------------------------------------------------------------------------------------- closed value sets
+# Activation checkpointing modes, in the order the report lists them (least memory saved first).
+CHECKPOINTING = ("none", "selective", "full")
+# Numeric precision of a cell: parameters, compute and gradients (docs/parallelism.md).
+PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One axis of a scenario's matrix."""
+
+    name: str  # the scenario key, the cell's field, the results' `axes` key
+    header: str  # the short column header tables use
+    values: tuple[Any, ...] | None = None  # the allowed values when the set is closed
+    sorted_by_table: bool = False  # tables and pivots list the values in `values` order, not alphabetically
+    # Axes added after results were first stored: the value every older cell had.  At that value the axis is
+    # left out of cell ids and benchmark names (so those stay as they were) and filled in on reading an older
+    # result.  _UNSET for the axes results have always carried.
+    older_default: Any = _UNSET
+
+
+TABLE: tuple[Axis, ...] = (
+    Axis("model", "model"),
+    Axis("seq_len", "seq"),
+    Axis("strategy", "strategy"),
+    Axis("activation_checkpointing", "ckpt", CHECKPOINTING, sorted_by_table=True),
+    Axis("precision", "precision", PRECISIONS),
+    Axis("gpus", "gpus"),
+    Axis("nodes", "nodes"),
+    Axis("shard_size", "shard", older_default=None),
+    Axis("tensor_parallel", "tp", older_default=1),
+    Axis("micro_batch_size", "mbs"),
+    Axis("global_batch_size", "gbs"),
+    Axis("seed", "seed"),
+)
+
+# The axes in the order cells list them; cell ids and `exclude` / `match` keys use these names.
+AXES: tuple[str, ...] = tuple(a.name for a in TABLE)
+# Each axis's short table header.
+AXIS_HEADERS: dict[str, str] = {a.name: a.header for a in TABLE}
+# Axes added after results were first stored, with the value older cells had (see Axis.older_default).
+LATER_AXES: dict[str, Any] = {a.name: a.older_default for a in TABLE if a.older_default is not _UNSET}
+_BY_NAME = {a.name: a for a in TABLE}
+
+
+def axis(name: str) -> Axis:
+    """The table entry of an axis (KeyError names the known axes)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"{name!r} is not an axis; axes: {', '.join(AXES)}") from None
+
+
+def rank(name: str, value: Any) -> int | None:
+    """Where `value` stands in its axis's report order (an axis with `sorted_by_table`), None otherwise."""
+    entry = _BY_NAME.get(name)
+    if entry is None or not entry.sorted_by_table or value not in entry.values:
+        return None
+    return entry.values.index(value)
+
+
+def varying_axes(items: Iterable[Mapping[str, Any]], axes: Sequence[str] = AXES) -> list[str]:
+    """The axes (in the order given) on which the items do not all have the same value; a missing key is None.
+
+    The one answer to "which axes differ here" for the cell table (`suite results show`), the report's tables,
+    pivots and plots, and compare's cell descriptions."""
+    items = list(items)
+    if not items:
+        return []
+    first = items[0]
+    return [a for a in axes if any(x.get(a) != first.get(a) for x in items)]

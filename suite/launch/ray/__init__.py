@@ -1,0 +1,1 @@
+"""suite.launch.ray.launcher"""

@@ -1,0 +1,110 @@
+"""A cell: one fully resolved point of a scenario's matrix, what one launch of the worker trains.
+
+A Cell carries everything a worker needs, so nothing downstream reads the scenario file again: the runner
+writes it as the worker's payload, the worker reads it back (`Cell.model_validate_json`), and every stored
+result carries it (results/schema.py re-validates it on reading).  Its id is a short hash of the settings that
+change what is computed (not the scenario's name, timeouts or gates), so the same cell in two runs, two scenario
+files or on two machines has the same id, and `compare` can match them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from suite.axes import AXES, LATER_AXES
+from suite.models.own import AnyShape, HfShape, ModelShape, PythonShape
+from suite.scenario.convergence import Convergence
+from suite.scenario.data import Data, Eval
+from suite.scenario.experiment import Checkpointing, Optimizer, Precision, RaySettings
+
+# Settings that do not change what a cell computes: left out of its id.
+# `ray` (checkpointing, retries, placement) changes how a ray cell is run, not what it computes; the launcher
+# is in the id already, so a torchrun and a ray cell of the same settings differ by it alone.
+# Not part of what a cell computes: limits, gates, launcher options, and evaluation (it reads the model and never
+# changes training, so a cell trains the same with and without `eval:` and compares as the same cell).
+_NOT_IN_ID = {"id", "scenario", "timeout_s", "gpu_memory_gb", "convergence", "repeats", "ray", "trace_memory", "eval"}
+
+
+class Cell(BaseModel):
+    """One fully resolved point of a scenario's matrix: what one launch of the worker trains."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field("", description="Stable short hash of the settings below (filled in by expand).")
+    scenario: str = Field(description="Name of the scenario the cell came from.")
+    model: ModelShape
+    seq_len: int = Field(description="Tokens per sample (for vit: patches + class token).")
+    strategy: str = Field(description="A registered strategy's name (suite/strategies/registry.py; the scenario "
+                          "resolved its alias, and a stored result may name a plugin's strategy not loaded here).")
+    activation_checkpointing: Checkpointing
+    precision: Precision
+    gpus: int = Field(description="World size.")
+    nodes: int
+    shard_size: int | None = Field(None, description="hsdp: ranks per shard group (resolved); None otherwise.")
+    tensor_parallel: int = Field(1, description="Tensor-parallel degree; gpus / tensor_parallel ranks of data "
+                                 "parallelism.")
+    micro_batch_size: int
+    global_batch_size: int
+    grad_accum: int = Field(description="Micro-batches per rank per optimizer step.")
+    steps: int
+    warmup_steps: int
+    seed: int
+    optimizer: Optimizer
+    data: Data
+    launcher: Literal["torchrun", "ray"]
+    device: Literal["auto", "cuda", "cpu"]
+    bucket_cap_mb: float
+    measure_peaks: bool
+    trace_memory: bool = Field(False, description="Trace the per-rank peak before running (scenario field).")
+    compile: bool
+    threads_per_rank: int
+    timeout_s: int
+    gpu_memory_gb: float | None
+    repeats: int
+    convergence: Convergence | None
+    eval: Eval | None = Field(None, description="Held-out evaluation (scenario field); see scenario_data.Eval.")
+    ray: RaySettings | None = Field(None, description="Ray Train options (launcher: ray); see RaySettings.")
+
+    def settings(self) -> dict[str, Any]:
+        """The resolved settings that define the cell (what its id hashes)."""
+        out = {k: v for k, v in self.model_dump(mode="json").items() if k not in _NOT_IN_ID}
+        # fields added later stay out of the id at their defaults: the ids of older results still hold
+        for key, default in LATER_AXES.items():
+            if out[key] == default:
+                del out[key]
+        # The preset is a name, not a setting: a shape written inline equal to a preset is the same cell.  So is
+        # an hf config's path: the cell is what the file holds (`contents`), wherever it lies.
+        out["model"] = {k: v for k, v in out["model"].items()
+                        if k != "preset" and not (k == "config" and out["model"]["family"] == "hf")}
+        return out
+
+    def axes(self) -> dict[str, Any]:
+        """The cell's value on each axis, with the model given by its preset name when it has one."""
+        values = {axis: getattr(self, axis) for axis in AXES}
+        values["model"] = model_label(self.model)
+        return values
+
+
+def model_label(shape: AnyShape) -> str:
+    if shape.preset:
+        return shape.preset
+    if isinstance(shape, HfShape):  # the config file's name: scenarios/models/qwen2-tiny.json -> hf-qwen2-tiny
+        parts = [p for p in shape.config.replace("\\", "/").split("/") if p]
+        stem = parts[-1][:-5] if parts[-1].endswith(".json") else parts[-1]
+        if stem == "config" and len(parts) > 1:  # a model's folder: .../Qwen2.5-0.5B/config.json -> hf-Qwen2.5-0.5B
+            stem = parts[-2]
+        return "hf-" + stem
+    if isinstance(shape, PythonShape):  # the function, and its arguments: two sizes are two labels
+        args = ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in sorted(shape.args.items()))
+        label = "py-" + shape.factory.rsplit(":", 1)[-1] + (f"[{args}]" if args else "")
+        return label if len(label) <= 80 else label[:64] + "~" + hashlib.sha256(label.encode()).hexdigest()[:8]
+    return f"{shape.family}-L{shape.layers}-h{shape.hidden}"
+
+
+def cell_id(settings: dict[str, Any]) -> str:
+    blob = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]

@@ -1,0 +1,50 @@
+"""Checks of the tensor_parallel axis against a cell's model and strategy (used by cells.expand), and the
+data-parallel size that follows from it.  Each problem names the field's line and the numbers.
+
+Tensor parallelism here is Megatron's for a Llama block (suite/techniques/tensor_parallel.py): q, k, v, gate
+and up split by columns, o and down by rows, so each of t ranks computes heads / t query heads, kv_heads / t
+key-value heads and ffn / t of the MLP.  GPT's fused qkv projection would need a head-aware split (a plain
+column split of the fused weight mixes q, k and v rows) and ViT is torchvision's: neither is built."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite.models.presets import LlamaShape
+from suite.scenario.source import SourceMap
+from suite.strategies import registry
+
+
+def data_ranks(combo: dict[str, Any]) -> int:
+    """Ranks of data parallelism: gpus / tensor_parallel."""
+    return max(1, combo["gpus"] // combo["tensor_parallel"])
+
+
+def check_tensor_parallel(combo: dict[str, Any], shape: Any, src: SourceMap) -> list[str]:
+    tp, gpus, strategy = combo["tensor_parallel"], combo["gpus"], combo["strategy"]
+    if tp == 1:
+        return []
+    where = src.where("tensor_parallel")
+    if gpus % tp:
+        return [f"{where}: tensor_parallel {tp} does not divide gpus {gpus}: the world must factor as data-parallel "
+                f"ranks x tensor_parallel"]
+    if not isinstance(shape, LlamaShape):
+        return [f"{where}: tensor_parallel {tp} needs a llama model, not {shape.family} (gpt's fused qkv "
+                "projection and torchvision's ViT have no tensor-parallel plan yet)"]
+    problems = [f"{where}: tensor_parallel {tp} does not divide {name} {value} of the model"
+                for name, value in (("heads", shape.heads), ("kv_heads", shape.kv_heads), ("ffn", shape.ffn))
+                if value % tp]
+    spec = registry.get(strategy)
+    if not spec.tensor_parallel:
+        ok = ", ".join(n for n in registry.names() if registry.get(n).tensor_parallel)
+        problems.append(f"{where}: strategy {strategy} does not compose with tensor_parallel {tp} (those that do: "
+                        f"{ok})")
+    elif spec.family == "dp" and gpus != tp:
+        problems.append(f"{where}: strategy {strategy} composes with tensor_parallel only without data parallelism "
+                        f"(gpus = tensor_parallel); gpus {gpus} / tensor_parallel {tp} = {gpus // tp} data-parallel "
+                        "ranks: use zero3")
+    per_node = gpus // max(1, combo.get("nodes", 1))
+    if per_node % tp:  # consecutive ranks form a group (the mesh's last dimension): keep it on one node's links
+        problems.append(f"{where}: tensor_parallel {tp} does not divide the {per_node} gpus of a node: a "
+                        "tensor-parallel group must stay within a node")
+    return problems

@@ -21,7 +21,7 @@ Pure data: no torch, no pydantic, no other suite module.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 # ------------------------------------------------------------------------------------------- closed value sets
 # Activation checkpointing modes, in the order the report lists them (least memory saved first).
@@ -38,6 +38,8 @@ class Axis:
 
     name: str  # the scenario key, the cell's field, the results' `axes` key
     header: str  # the short column header tables use
+    stored: Any  # the type of its value in a stored result's `axes` (results/schema.Axes)
+    doc: str  # what the value means, in a few words
     values: tuple[Any, ...] | None = None  # the allowed values when the set is closed
     sorted_by_table: bool = False  # tables and pivots list the values in `values` order, not alphabetically
     # Axes added after results were first stored: the value every older cell had.  At that value the axis is
@@ -45,20 +47,27 @@ class Axis:
     # result.  _UNSET for the axes results have always carried.
     older_default: Any = _UNSET
 
+    @property
+    def added_later(self) -> bool:
+        """Whether results older than this axis exist (they read with `older_default`)."""
+        return self.older_default is not _UNSET
+
 
 TABLE: tuple[Axis, ...] = (
-    Axis("model", "model"),
-    Axis("seq_len", "seq"),
-    Axis("strategy", "strategy"),
-    Axis("activation_checkpointing", "ckpt", CHECKPOINTING, sorted_by_table=True),
-    Axis("precision", "precision", PRECISIONS),
-    Axis("gpus", "gpus"),
-    Axis("nodes", "nodes"),
-    Axis("shard_size", "shard", older_default=None),
-    Axis("tensor_parallel", "tp", older_default=1),
-    Axis("micro_batch_size", "mbs"),
-    Axis("global_batch_size", "gbs"),
-    Axis("seed", "seed"),
+    Axis("model", "model", str, "the preset name, or the label of an inline shape / own model"),
+    Axis("seq_len", "seq", int | None, "tokens per sample (vit: patches + class token)"),
+    Axis("strategy", "strategy", str, "a registered strategy's name (suite/strategies/registry.py)"),
+    Axis("activation_checkpointing", "ckpt", Literal[CHECKPOINTING], "what backward recomputes", CHECKPOINTING,
+         sorted_by_table=True),
+    Axis("precision", "precision", Literal[PRECISIONS], "parameters, compute and gradients", PRECISIONS),
+    Axis("gpus", "gpus", int, "world size: ranks (GPUs, or CPU processes)"),
+    Axis("nodes", "nodes", int, "nodes the ranks are spread over"),
+    Axis("shard_size", "shard", int | None, "hsdp: ranks per shard group; None for other strategies",
+         older_default=None),
+    Axis("tensor_parallel", "tp", int, "tensor-parallel degree", older_default=1),
+    Axis("micro_batch_size", "mbs", int, "samples per rank per forward pass"),
+    Axis("global_batch_size", "gbs", int, "samples per optimizer step over all ranks"),
+    Axis("seed", "seed", int | None, "seed of weights and data (None: a result older than the seed axis)"),
 )
 
 # The axes in the order cells list them; cell ids and `exclude` / `match` keys use these names.
@@ -66,7 +75,7 @@ AXES: tuple[str, ...] = tuple(a.name for a in TABLE)
 # Each axis's short table header.
 AXIS_HEADERS: dict[str, str] = {a.name: a.header for a in TABLE}
 # Axes added after results were first stored, with the value older cells had (see Axis.older_default).
-LATER_AXES: dict[str, Any] = {a.name: a.older_default for a in TABLE if a.older_default is not _UNSET}
+LATER_AXES: dict[str, Any] = {a.name: a.older_default for a in TABLE if a.added_later}
 _BY_NAME = {a.name: a for a in TABLE}
 
 

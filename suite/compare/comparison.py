@@ -96,12 +96,12 @@ def select(runs: list[Run], history: int = 10) -> dict[str, Side]:
 
 def describe(result: CellResult, axes: tuple[str, ...] = AXES) -> str:
     """The cell's values on the given axes (compare passes the axes that vary among the compared cells)."""
-    return " ".join(f"{AXIS_HEADERS[a]}={result.axes[a]}" for a in axes if a in result.axes)
+    return " ".join(f"{AXIS_HEADERS[a]}={result.axes.get(a)}" for a in axes if a in AXIS_HEADERS)
 
 
 def varying(sides: list[Side]) -> tuple[str, ...]:
     """The axes that tell the compared cells apart (all of them when none varies)."""
-    return tuple(varying_axes(side.results[0].axes for side in sides)) or AXES
+    return tuple(varying_axes(side.results[0].axes.as_dict() for side in sides)) or AXES
 
 
 def _finding(cid: str, desc: str, check: Check, v: Verdict) -> Finding:

@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, model_validator
 
 from suite.models.hf_keys import ANALYTIC_TYPES, HF_EXTRA, LAYER_KEYS, MAX_HF_LAYERS, first_key, one_line
 from suite.models.presets import GptShape, LlamaShape, Pixels, Vocab, VitShape, _Shape
@@ -125,6 +125,12 @@ NOT_THE_MODEL = ("transformers_version", "_name_or_path", "dtype", "torch_dtype"
                  "id2label", "label2id", "return_dict", "output_hidden_states", "output_attentions")
 
 
+def _stored(info: ValidationInfo) -> bool:
+    """Whether this shape is read back from stored results (context {"stored": True}): then nothing named in it
+    is read or imported; only a scenario's own models are resolved."""
+    return bool(info.context and info.context.get("stored"))
+
+
 class HfShape(_Shape):
     """A causal language model of Hugging Face Transformers, built from a local config.json (no weights)."""
 
@@ -139,8 +145,11 @@ class HfShape(_Shape):
 
     @model_validator(mode="before")
     @classmethod
-    def _read(cls, data: Any) -> Any:
+    def _read(cls, data: Any, info: ValidationInfo) -> Any:
         if isinstance(data, dict) and isinstance(data.get("config"), str):
+            if (data.get("contents") is None or data.get("probed") is None) and _stored(info):
+                raise ValueError(f"a stored hf cell must carry its config's contents and probe; this one does not "
+                                 f"(suite does not read {repr(data['config'])[:200]} named in a stored result)")
             if data.get("contents") is None:
                 data = {**data, "contents": read_config(data["config"])}
             if data.get("probed") is None:
@@ -220,8 +229,11 @@ class PythonShape(_Shape):
 
     @model_validator(mode="before")
     @classmethod
-    def _probe(cls, data: Any) -> Any:
+    def _probe(cls, data: Any, info: ValidationInfo) -> Any:
         if isinstance(data, dict) and data.get("probed") is None and isinstance(data.get("factory"), str):
+            if _stored(info):
+                raise ValueError(f"a stored python cell must carry its probe; this one does not (suite does not "
+                                 f"import {repr(data['factory'])[:200]} named in a stored result)")
             from suite.models.factory import probe  # torch: only for python models
 
             data = {**data, "probed": probe(data["factory"], data.get("args") or {})}

@@ -223,7 +223,7 @@ def build(runs: dict[str, Run], history: int = 10) -> list[ScenarioView]:
         cells = {cid: f"{desc} ({cid})" if seen.count(desc) > 1 else desc for cid, desc in cells.items()}
 
         views.append(ScenarioView(name, slug(name), machines, dict(sorted(cells.items(), key=lambda kv: kv[1])),
-                                  {cid: dict(r.axes) for cid, r in latest.items()}))
+                                  {cid: r.axes.as_dict() for cid, r in latest.items()}))
     return views
 
 

@@ -15,7 +15,7 @@ LABELS = {"eval_loss": "held-out loss", "accuracy": "held-out accuracy", "perple
 
 def _band_of(row: Row) -> BandGate | None:
     first = row["_results"][0] if row.get("_results") else None
-    spec = ((first.cell.get("convergence") or {}).get("band") if first is not None else None)
+    spec = first.cell.convergence.band if first is not None and first.cell.convergence else None
     return BandGate.model_validate(spec) if spec else None
 
 

@@ -83,8 +83,8 @@ def to_pytest_benchmark(runs: list[Run]) -> dict[str, Any]:
             # axes added later are left out at their defaults (and seed unless swept), so a cell keeps the
             # benchmark name it had before they existed
             swept_seed = isinstance(run.manifest.seed, list)
-            params = {a: first.axes[a] for a in AXES if a in first.axes
-                      and not (a in LATER_AXES and first.axes[a] == LATER_AXES[a]) and (a != "seed" or swept_seed)}
+            params = {a: first.axes.get(a) for a in AXES
+                      if not (a in LATER_AXES and first.axes.get(a) == LATER_AXES[a]) and (a != "seed" or swept_seed)}
             param = "-".join(str(v) for v in params.values())
             tps = [r.throughput.tokens_per_s for r in results if r.throughput]
             benchmarks.append({
@@ -99,7 +99,7 @@ def to_pytest_benchmark(runs: list[Run]) -> dict[str, Any]:
                                "final_loss": first.final_loss},
                 "options": {"disable_gc": False, "timer": "suite: device-synchronized wall time per step",
                             "min_rounds": len(times), "max_time": 0.0, "min_time": 0.0,
-                            "warmup": bool(first.cell.get("warmup_steps"))},
+                            "warmup": bool(first.cell.warmup_steps)},
                 "stats": bench_stats(times),
             })
     return {

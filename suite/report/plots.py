@@ -79,12 +79,12 @@ def loss_curves(rows: list[Row], axes: list[str], runs: bool) -> list[Plot]:
     groups: dict[tuple, list[Row]] = {}
     for r in rows:
         if r["_match"]:
-            axis = r["_match"]["axis"]
+            axis = r["_match"].axis
             groups.setdefault((r["run"], axis) + tuple(str(r.get(a)) for a in AXES if a != axis), []).append(r)
     groups = {k: v for k, v in groups.items() if len(v) > 1}  # a curve alone has nothing to match
     plots = []
     for n, (key, members) in enumerate(list(groups.items())[:MAX_LOSS_FIGURES], start=1):
-        axis, ref_value = key[1], members[0]["_match"]["value"]
+        axis, ref_value = key[1], members[0]["_match"].value
         ref = next((m for m in members if m.get(axis) == ref_value), None)
         fig = figure(9.0, 3.8)
         ax, dx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)

@@ -196,7 +196,7 @@ def cell_row(run: Run, results: list[CellResult]) -> dict[str, Any]:
         "_states_measured_mib": _mib(states_m),
         "_states_predicted_mib": _mib(states_p),
         "_activations_measured_mib": _mib(measured.get("activations")),
-        "_match": ((first.cell.get("convergence") or {}).get("match") or None),
+        "_match": (first.cell.convergence.match if first.cell.convergence else None) or None,
         "_results": results,  # the repeats themselves, for sections that read more (peaks.py)
     }
     return row

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from suite.axes import LATER_AXES
+from suite.axes import LATER_AXES, TABLE
+from suite.scenario import Cell
 from suite.stats import percentile
 
 # 1: the first.  2: RankRecord.restarts and CellResult.first_failure (new fields; an older suite, whose models
@@ -233,14 +234,35 @@ class RankFailure(_Record):
     timestamp: float | None = Field(None, description="Unix time the launcher noticed (whole seconds).")
 
 
+class _AxesBase(_Record):
+    """A stored cell's value on each axis (one typed field per entry of suite/axes.py), the model by its label."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def get(self, axis: str) -> Any:
+        """The value on `axis` by name (None for a name that is not an axis): for code that walks suite.axes.AXES."""
+        return getattr(self, axis, None)
+
+    def as_dict(self) -> dict[str, Any]:
+        """{axis: value} in the axis table's order (what `varying_axes` and the site's index take)."""
+        return self.model_dump()
+
+
+# Built from the axis table, so a new axis is a new field here without another list of axes to keep in step.
+Axes = create_model("Axes", __base__=_AxesBase, __module__=__name__,
+                    **{a.name: (a.stored, Field(a.older_default if a.added_later else None if a.name == "seed" else ...,
+                                                description=a.doc)) for a in TABLE})
+
+
 class CellResult(_Record):
     """One run of one cell (file: cells/<cell_id>-r<repeat>.json in the run folder)."""
 
     schema_version: int = SCHEMA_VERSION
     cell_id: str
     repeat: int = 0
-    axes: dict[str, Any] = Field(description="The cell's axis values (model by preset name).")
-    cell: dict[str, Any] = Field(description="The full resolved cell, as the worker received it.")
+    axes: Axes = Field(description="The cell's axis values (model by preset name).")
+    cell: Cell = Field(description="The full resolved cell, as the worker received it (re-validated on reading; "
+                       "never resolved again: a stored own model is not re-read or re-probed).")
     status: Status
     error: str | None = Field(None, description="Tail of the error output when the cell did not finish ok.")
     started_at: str
@@ -265,6 +287,13 @@ class CellResult(_Record):
     eval: list[EvalPoint] = Field(default_factory=list, description="Held-out evaluations (rank 0's), in step order.")
     time_to_target: TimeToTarget | None = Field(None, description="convergence.target: when it was reached.")
     extra: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("cell", mode="before")
+    @classmethod
+    def _stored_cell(cls, value: Any) -> Any:
+        # a result is data from a stranger: its cell is checked, but an own model's config is not read again
+        # and its factory is not imported (the `stored` context; suite/models/own.py)
+        return Cell.model_validate(value, context={"stored": True}) if isinstance(value, dict) else value
 
     @model_validator(mode="before")
     @classmethod

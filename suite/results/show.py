@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.table import Table
 
 from suite.console import add_row, nbytes, si, styled, table
-from suite.axes import varying_axes
+from suite.axes import AXES, varying_axes
 from suite.results import reader
 from suite.results.schema import CellResult
 
@@ -35,8 +35,8 @@ def first_line(error: str | None, limit: int = 160) -> str:
 
 def _varying_axes(results: list[CellResult]) -> list[str]:
     """Axes whose value differs between the results (the ones worth a column); model always."""
-    axes = list(results[0].axes) if results else []
-    varying = set(varying_axes([r.axes for r in results], axes))
+    axes = list(AXES) if results else []
+    varying = set(varying_axes([r.axes.as_dict() for r in results], axes))
     return [a for a in axes if a == "model" or a in varying]
 
 
@@ -95,7 +95,7 @@ def _kv(title: str, items: list[tuple[str, Any]]) -> Table:
 def cell_detail(r: CellResult) -> Group:
     """One cell result in full: what ran, how it ended, timing, throughput, MFU accounting, memory, gates."""
     parts: list[Any] = [_kv(f"cell {r.cell_id}-r{r.repeat}", [
-        ("status", _status(r.status)), ("axes", ", ".join(f"{k}={v}" for k, v in r.axes.items())),
+        ("status", _status(r.status)), ("axes", ", ".join(f"{k}={v}" for k, v in r.axes.as_dict().items())),
         ("launcher", r.launcher), ("started / finished", f"{r.started_at} / {r.finished_at}"),
         ("ranks", ", ".join(f"{x.rank}@{x.hostname} {x.device_name}" for x in r.ranks) or "-"),
         ("restarts", r.restarts), ("losses", f"{len(r.losses)} steps, first {_f(r.losses[0]) if r.losses else '-'}, "

@@ -31,7 +31,7 @@ from suite.device import resolve_device as resolve_device_kind
 from suite.launch import DEFAULT_WORKER, LaunchRequest, LaunchResult
 from suite.launch import failures as launch_failures
 from suite.plan import predict
-from suite.results.schema import CellResult, RankFailure, RankInfo, RankRecord
+from suite.results.schema import Axes, CellResult, RankFailure, RankInfo, RankRecord
 from suite.results.store import utc_iso
 from suite.runner import aggregate
 
@@ -192,7 +192,7 @@ def _classify(launch: LaunchResult, records: list[RankRecord], world: int,
 
 def infeasible_result(cell, repeat: int, reason: str, session: str, trace=None) -> CellResult:
     now = utc_iso()
-    return CellResult(cell_id=cell.id, repeat=repeat, axes=cell.axes(), cell=cell.model_dump(mode="json"),
+    return CellResult(cell_id=cell.id, repeat=repeat, axes=Axes(**cell.axes()), cell=cell,
                       status="infeasible", error=reason, started_at=now, finished_at=now, launcher=cell.launcher,
                       prediction=predict(cell, trace).model_dump(mode="json"), extra={"session": session})
 
@@ -222,7 +222,7 @@ def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir
         more["ray"] = {**more["ray"], "placement_error": placement}
     restarts = max((r.restarts for r in records), default=0)
     return CellResult(
-        cell_id=cell.id, repeat=repeat, axes=cell.axes(), cell=cell.model_dump(mode="json"), status=status,
+        cell_id=cell.id, repeat=repeat, axes=Axes(**cell.axes()), cell=cell, status=status,
         error=error, started_at=utc_iso(launch.started or time.time()), finished_at=utc_iso(launch.ended or None),
         launcher=launch.launcher, prediction=prediction,
         ranks=[RankInfo(rank=r.rank, hostname=r.hostname, node_ip=r.node_ip, node_id=r.node_id,

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from suite.scenario import expand
-from suite.results.schema import CellResult, EvalPoint
+from suite.results.schema import Axes, CellResult, EvalPoint
 from suite.gates.band import band_gate, band_points, band_references
 from suite.gates.loss import run_order
 from suite.scenario import Scenario, ScenarioError
@@ -34,7 +34,7 @@ def curve(*losses, start=10):
 
 
 def result(cell, evals, status="ok"):
-    return CellResult(cell_id=cell.id, axes=cell.axes(), cell={}, status=status, started_at="", finished_at="",
+    return CellResult(cell_id=cell.id, axes=Axes(**cell.axes()), cell=cell, status=status, started_at="", finished_at="",
                       launcher="torchrun", prediction={}, eval=evals)
 
 
@@ -103,11 +103,13 @@ def test_the_report_draws_one_band_per_group_and_none_without_a_band():
     spec = cs[0].convergence.band.model_dump(mode="json")
     rows = []
     for i, c in enumerate(cs):
-        r = result(c, curve(2.0 + 0.05 * (i % 3), 1.5 + 0.02 * (i % 3))).model_copy(
-            update={"cell": {"convergence": {"band": spec}}})
+        r = result(c, curve(2.0 + 0.05 * (i % 3), 1.5 + 0.02 * (i % 3)))
+        assert r.cell.convergence.band.model_dump(mode="json") == spec
         rows.append({"run": "0001", **c.axes(), "_results": [r]})
     (plot,) = band_plots(rows, ["strategy", "seed"])
     assert plot.name == "band_1" and plot.title == "Held-out curves against the seed band of strategy=ddp"
     assert plot.png.startswith(b"\x89PNG")
-    plain = [{**r, "_results": [r["_results"][0].model_copy(update={"cell": {}})]} for r in rows]
+    no_band = [{**r, "_results": [r["_results"][0].model_copy(update={"cell": r["_results"][0].cell.model_copy(
+        update={"convergence": None})})]} for r in rows]
+    plain = no_band
     assert band_plots(plain, ["strategy", "seed"]) == []

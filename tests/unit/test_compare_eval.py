@@ -20,7 +20,7 @@ def run(n: int, accuracy: float | None, loss: float = 1.0, evaluated: bool = Tru
     for c in CELLS:
         r = make_result(c, seed=n)
         if evaluated:
-            point = EvalPoint(step=r.cell["steps"], loss=loss, accuracy=accuracy, samples=64, seconds=0.2)
+            point = EvalPoint(step=r.cell.steps, loss=loss, accuracy=accuracy, samples=64, seconds=0.2)
             r = r.model_copy(update={"eval": [point], "time_to_target": TimeToTarget(
                 metric="accuracy", value=0.5, reached=True, step=10, train_s=1.5, wall_s=2.0, best=0.6)})
         results.append(r)

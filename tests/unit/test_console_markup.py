@@ -11,6 +11,7 @@ from rich.text import Text
 from suite.console import cell_text, styled, table
 from suite.results.schema import CellResult
 from suite.results.show import cell_detail, cells_table, runs_table
+from suite.testing.builders import make_result
 
 GLOO = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [bold]"
 
@@ -22,9 +23,7 @@ def _render(renderable) -> str:
 
 
 def _result(error: str) -> CellResult:
-    return CellResult(cell_id="c[/x]", repeat=0, axes={"strategy": "ddp", "model": "[red]m"}, cell={},
-                      status="failed", error=error, started_at="t0", finished_at="t1", launcher="torchrun",
-                      prediction={})
+    return make_result(cell_id="c[/x]", axes={"strategy": "ddp", "model": "[red]m"}, status="failed", error=error)
 
 
 def test_table_cells_title_and_headers_are_plain_text():

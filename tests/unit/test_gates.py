@@ -6,7 +6,7 @@ import math
 from types import SimpleNamespace
 
 from suite.scenario import expand
-from suite.results.schema import CellResult
+from suite.results.schema import Axes, CellResult
 from suite.gates import loss as g
 from suite.scenario import Scenario
 
@@ -20,7 +20,7 @@ def _cells(**over):
 
 
 def _result(cell, status="ok", losses=(4.0, 3.0, 2.0), error=None) -> CellResult:
-    return CellResult(cell_id=cell.id, axes=cell.axes(), cell={}, status=status, error=error, started_at="",
+    return CellResult(cell_id=cell.id, axes=Axes(**cell.axes()), cell=cell, status=status, error=error, started_at="",
                       finished_at="", launcher="torchrun", prediction={}, losses=list(losses))
 
 

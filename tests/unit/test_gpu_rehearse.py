@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -52,7 +51,7 @@ def test_rehearsal_installs_offline_and_imports_everything(tmp_path):
             pytest.skip(f"scripts/gpu-wheels could not fetch the wheels: {proc.stderr[-500:]}")
     out = tmp_path / "out"
     env = {**os.environ, "PIP_NO_INDEX": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts/gpu-check"), "--rehearse", "--steps", "install,import",
+    proc = subprocess.run([str(ROOT / "scripts/gpu-check"), "--rehearse", "--steps", "install,import",
                            "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "gpu-check --rehearse: passed" in proc.stdout

@@ -115,14 +115,15 @@ def test_old_results_read_with_the_new_axes_and_layouts_with_none_sort():
     from suite.plan.trace import trace_key
     from suite.report.pivots import pivots
     from suite.results.schema import CellResult
+    from suite.testing.builders import make_result
 
     (cell,) = cells(strategy="zero3")
-    new = CellResult(cell_id=cell.id, axes=cell.axes(), cell=cell.model_dump(mode="json"), status="ok",
-                     started_at="", finished_at="", launcher="torchrun", prediction={})
+    new = make_result(cell, started_at="", finished_at="")
     old_axes = {k: v for k, v in cell.axes().items() if k not in ("seed", "shard_size", "tensor_parallel")}
-    old = CellResult.model_validate({**new.model_dump(mode="json"), "axes": old_axes,
-                                     "cell": {k: v for k, v in new.cell.items() if k not in ("shard_size",
-                                                                                             "tensor_parallel")}})
+    stored = new.model_dump(mode="json")
+    old = CellResult.model_validate({**stored, "axes": old_axes,
+                                     "cell": {k: v for k, v in stored["cell"].items() if k not in ("shard_size",
+                                                                                                   "tensor_parallel")}})
     assert old.axes == new.axes  # a pre-schema-4 record shows the axes a new one does
     (tp,) = expand(Scenario.model_validate({**LLAMA, "strategy": "zero3"}))
     (no_tp,) = expand(Scenario.model_validate({**LLAMA, "strategy": "zero3", "tensor_parallel": 1}))

@@ -21,7 +21,7 @@ from suite.models.own import HfShape, PythonShape, read_config
 from suite.plan import predict
 from suite.scenario import Scenario, ScenarioError
 from suite.scenario.source import load_scenario
-from tests.dist.spawn import ROOT, make_cell
+from suite.testing.spawn import ROOT, make_cell
 
 LLAMA = "scenarios/models/llama-tiny-hf.json"
 QWEN2 = "scenarios/models/qwen2-tiny.json"

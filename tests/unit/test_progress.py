@@ -8,7 +8,7 @@ import json
 from rich.console import Console
 
 from suite.scenario import expand
-from suite.results.schema import CellResult
+from suite.results.schema import Axes, CellResult
 from suite.runner.progress import EventTail, RunProgress
 from suite.scenario import Scenario
 
@@ -31,7 +31,7 @@ def test_event_tail_reads_whole_lines_incrementally(tmp_path):
 
 
 def _result(cell, status, error=None):
-    return CellResult(cell_id=cell.id, axes=cell.axes(), cell={}, status=status, error=error, started_at="",
+    return CellResult(cell_id=cell.id, axes=Axes(**cell.axes()), cell=cell, status=status, error=error, started_at="",
                       finished_at="", launcher="torchrun", prediction={}, final_loss=2.5 if status == "ok" else None)
 
 

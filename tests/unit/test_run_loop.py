@@ -51,12 +51,12 @@ def test_references_first_gates_and_a_crashing_launcher(world):
     behaviour[cells[("ddp", 4)].id] = "drift"  # the zero1/4 cell no longer matches its reference
     out = run_scenario(path, RunOptions(results=results, live=False), console)
     assert [c.strategy for c in calls] == ["ddp", "ddp", "zero1", "zero1"]
-    status = {(r.axes["strategy"], r.axes["global_batch_size"]): r.status for r in out.results}
+    status = {(r.axes.strategy, r.axes.global_batch_size): r.status for r in out.results}
     assert status == {("ddp", 4): "ok", ("ddp", 8): "ok", ("zero1", 4): "gate-failed", ("zero1", 8): "failed"}
     crashed = next(r for r in out.results if r.status == "failed")
     assert crashed.error.startswith("the launcher raised RuntimeError: launcher bug")
     assert out.exit_code == 1 and out.interrupted_by is None
-    ok = next(r for r in out.results if r.axes == cells[("ddp", 8)].axes())
+    ok = next(r for r in out.results if r.axes.as_dict() == cells[("ddp", 8)].axes())
     assert ok.overhead_s.launch == pytest.approx(0.9) and ok.step_time.n == 2
     last = (out.run_dir / "runlog.jsonl").read_text().splitlines()[-1]
     assert json.loads(last)["event"] == "run_end"

@@ -10,13 +10,13 @@ import pytest
 
 from suite.results import store
 from suite.results.schema import SCHEMA_VERSION, CellResult
+from suite.testing.builders import make_result
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
 
 def _result(cell_id="abc", repeat=0, status="ok", **kw) -> CellResult:
-    return CellResult(cell_id=cell_id, repeat=repeat, axes={"strategy": "ddp"}, cell={}, status=status,
-                      started_at="t0", finished_at="t1", launcher="torchrun", prediction={}, **kw)
+    return make_result(cell_id=cell_id, repeat=repeat, status=status, **kw)
 
 
 def test_write_atomic_writes_and_leaves_no_temp(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_validator, model_validator
 
 from suite.axes import LATER_AXES, TABLE
 from suite.scenario import Cell
@@ -238,14 +238,26 @@ class _AxesBase(_Record):
     """A stored cell's value on each axis (one typed field per entry of suite/axes.py), the model by its label."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # the order the stored record listed its axes in (results older than an axis list it last): kept so that
+    # reports, pages and the site's index of old results read exactly as before
+    _order: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_order(cls, data: Any, handler: Any) -> Any:
+        axes = handler(data)
+        if isinstance(data, dict):
+            axes._order = tuple(k for k in data if k in type(axes).model_fields)
+        return axes
 
     def get(self, axis: str) -> Any:
         """The value on `axis` by name (None for a name that is not an axis): for code that walks suite.axes.AXES."""
         return getattr(self, axis, None)
 
     def as_dict(self) -> dict[str, Any]:
-        """{axis: value} in the axis table's order (what `varying_axes` and the site's index take)."""
-        return self.model_dump()
+        """{axis: value}, in the order the record was written in (what `varying_axes` and the site's index take)."""
+        values = self.model_dump()
+        return {**{k: values[k] for k in self._order}, **values}
 
 
 # Built from the axis table, so a new axis is a new field here without another list of axes to keep in step.

@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.table import Table
 
 from suite.console import add_row, nbytes, si, styled, table
-from suite.axes import AXES, varying_axes
+from suite.axes import varying_axes
 from suite.results import reader
 from suite.results.schema import CellResult
 
@@ -35,7 +35,7 @@ def first_line(error: str | None, limit: int = 160) -> str:
 
 def _varying_axes(results: list[CellResult]) -> list[str]:
     """Axes whose value differs between the results (the ones worth a column); model always."""
-    axes = list(AXES) if results else []
+    axes = list(results[0].axes.as_dict()) if results else []
     varying = set(varying_axes([r.axes.as_dict() for r in results], axes))
     return [a for a in axes if a == "model" or a in varying]
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_serializer, field_validator,
+                      model_serializer,
+                      model_validator)
 
 from suite.axes import LATER_AXES, TABLE
 from suite.scenario import Cell
@@ -254,10 +256,14 @@ class _AxesBase(_Record):
         """The value on `axis` by name (None for a name that is not an axis): for code that walks suite.axes.AXES."""
         return getattr(self, axis, None)
 
+    @model_serializer(mode="wrap")
+    def _in_written_order(self, handler: Any) -> Any:
+        values = handler(self)
+        return {**{k: values[k] for k in self._order if k in values}, **values}
+
     def as_dict(self) -> dict[str, Any]:
         """{axis: value}, in the order the record was written in (what `varying_axes` and the site's index take)."""
-        values = self.model_dump()
-        return {**{k: values[k] for k in self._order}, **values}
+        return self.model_dump()
 
 
 # Built from the axis table, so a new axis is a new field here without another list of axes to keep in step.
@@ -300,12 +306,31 @@ class CellResult(_Record):
     time_to_target: TimeToTarget | None = Field(None, description="convergence.target: when it was reached.")
     extra: dict[str, Any] = Field(default_factory=dict)
 
+    # the cell exactly as the record wrote it, for writing it back unchanged (below)
+    _cell_written: tuple[int, dict] | None = PrivateAttr(default=None)
+
     @field_validator("cell", mode="before")
     @classmethod
     def _stored_cell(cls, value: Any) -> Any:
         # a result is data from a stranger: its cell is checked, but an own model's config is not read again
         # and its factory is not imported (the `stored` context; suite/models/own.py)
         return Cell.model_validate(value, context={"stored": True}) if isinstance(value, dict) else value
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_written_cell(cls, data: Any, handler: Any) -> Any:
+        result = handler(data)
+        if isinstance(data, dict) and isinstance(data.get("cell"), dict):
+            result._cell_written = (id(result.cell), data["cell"])
+        return result
+
+    @field_serializer("cell", mode="wrap")
+    def _cell_as_written(self, cell: Cell, handler: Any) -> Any:
+        """A result read from disk writes its cell back as it was written (an older suite's cell lacks fields
+        added since): re-publishing old runs gives the same bytes, and the site's page digests do not change
+        with suite's version.  A cell made here (or replaced since) is dumped in full."""
+        written = self._cell_written
+        return written[1] if written is not None and written[0] == id(cell) else handler(cell)
 
     @model_validator(mode="before")
     @classmethod

@@ -22,8 +22,8 @@ from typing import ClassVar
 
 from suite import stats
 from suite.compare.check import RAN, Check, Side, Verdict, _ran, fmt
-from suite.compare.quality_checks import AccuracyCheck, ConvergenceCheck, EvalLossCheck, FinalLossCheck
 from suite.compare.noise import judge
+from suite.compare.quality_checks import AccuracyCheck, ConvergenceCheck, EvalLossCheck, FinalLossCheck
 from suite.results.schema import CellResult
 
 __all__ = ["RAN", "Side", "Verdict", "fmt", "Check", "StatusCheck", "StepTimeCheck", "TokensPerSCheck",

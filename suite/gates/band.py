@@ -21,9 +21,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from suite.scenario.references import reference_axes
-from suite.results.schema import EvalPoint, Gate
 from suite.gates.loss import is_reference  # a band's reference cells, as a match gate's: axis at value
+from suite.results.schema import EvalPoint, Gate
+from suite.scenario.references import reference_axes
 
 OK = ("ok", "gate-failed")  # a gate-failed reference still has a whole curve (as for match)
 

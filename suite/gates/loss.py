@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from suite.scenario.references import reference_axes
 from suite.results.schema import Gate
+from suite.scenario.references import reference_axes
 
 
 def is_reference(cell, match) -> bool:

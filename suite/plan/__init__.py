@@ -19,13 +19,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from suite.models.hf_keys import ANALYTIC_TYPES
 from suite.plan.comm import comm_bytes_per_step
 from suite.plan.flops import flops_per_token
 from suite.plan.implemented import predict_memory
-from suite.plan.tensor_parallel import per_rank_parameters, tp_comm_elements
 from suite.plan.memory import MemoryBreakdown, activation_bytes, offloaded, shard_world, static_bytes
+from suite.plan.tensor_parallel import per_rank_parameters, tp_comm_elements
 from suite.plan.trace_record import Trace, TraceFailure
-from suite.models.hf_keys import ANALYTIC_TYPES
 
 __all__ = ["Prediction", "MemoryBreakdown", "host_bytes", "predict", "traced_only"]
 

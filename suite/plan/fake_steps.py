@@ -11,9 +11,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from suite.data import build_data
 from suite.models.build import build_model, materialize
-from suite.worker.parallelize import parallelize
 from suite.worker.loop import Trainer
 from suite.worker.measure import track_peaks
+from suite.worker.parallelize import parallelize
 
 # What CUDA's SDPA would run instead of the CPU kernel a trace sees (same O(s)-per-head saved tensors).
 _CUDA_ATTENTION = {"fp32": "memory-efficient attention (flash needs 16-bit inputs)",

@@ -30,8 +30,7 @@ from typing import Any, Callable, Iterable
 
 from pydantic import ValidationError
 
-from suite import __version__
-from suite import stats
+from suite import __version__, stats
 from suite.results import reader
 from suite.results.reader import Run
 from suite.results.schema import CellResult, Manifest

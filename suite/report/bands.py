@@ -4,11 +4,11 @@ judged cell's held-out curve drawn over it, points outside the band marked.  Dra
 
 from __future__ import annotations
 
-from suite.report.figure import MAX_LINES, MAX_LOSS_FIGURES, Plot, Row, figure, png
-from suite.scenario.references import reference_axes
-from suite.results.schema import EvalPoint
 from suite.gates.band import band_points, metric_of
+from suite.report.figure import MAX_LINES, MAX_LOSS_FIGURES, Plot, Row, figure, png
+from suite.results.schema import EvalPoint
 from suite.scenario.convergence import BandGate
+from suite.scenario.references import reference_axes
 
 LABELS = {"eval_loss": "held-out loss", "accuracy": "held-out accuracy", "perplexity": "held-out perplexity"}
 

@@ -14,8 +14,7 @@ import statistics
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from suite.axes import AXES
-from suite.axes import LATER_AXES
+from suite.axes import AXES, LATER_AXES
 from suite.results.reader import Run
 
 FORMAT_VERSION = "5.1.0"  # the pytest-benchmark file format this writes (unchanged since 3.x apart from 'ops')

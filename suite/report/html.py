@@ -11,8 +11,8 @@ from html import escape
 from typing import Any
 
 from suite.axes import AXIS_HEADERS
-from suite.report.pivots import Pivot
 from suite.report.figure import Plot
+from suite.report.pivots import Pivot
 from suite.report.tables import (RUN_HEADERS, display_columns, fixed_axes, footnotes, groups, run_table,
                                  text_table)
 from suite.results.reader import Run

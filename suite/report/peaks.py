@@ -23,8 +23,8 @@ import io
 from typing import Any
 
 from suite.axes import AXES, varying_axes
-from suite.report.pivots import Pivot
 from suite.report.figure import MAX_BARS, Plot, figure, png, short_label
+from suite.report.pivots import Pivot
 from suite.report.tables import COLUMNS, Column, MiB, fmt
 from suite.results.schema import CellResult
 

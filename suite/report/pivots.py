@@ -17,9 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from suite.axes import AXES, AXIS_HEADERS, rank as axis_rank, varying_axes
 from suite.strategies import registry
-from suite.axes import AXES, AXIS_HEADERS, varying_axes
-from suite.axes import rank as axis_rank
 
 Row = dict[str, Any]
 MEASURED = ("ok", "gate-failed")

@@ -13,13 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from suite.compat import PINNED_TORCH, is_pinned
-from suite.strategies import registry
-from suite import stats
-from suite import axes
+from suite import axes, stats
 from suite.axes import AXES, AXIS_HEADERS, varying_axes
+from suite.compat import PINNED_TORCH, is_pinned
 from suite.results.reader import Run
 from suite.results.schema import CellResult
+from suite.strategies import registry
 
 MiB = 2.0**20
 # Memory categories of the planner (suite.plan.memory.MemoryBreakdown), in stacking order.

@@ -252,6 +252,11 @@ class _AxesBase(_Record):
             axes._order = tuple(k for k in data if k in type(axes).model_fields)
         return axes
 
+    def __eq__(self, other: object) -> bool:  # the values, not the order they were written in
+        return isinstance(other, _AxesBase) and type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = _Record.__hash__
+
     def get(self, axis: str) -> Any:
         """The value on `axis` by name (None for a name that is not an axis): for code that walks suite.axes.AXES."""
         return getattr(self, axis, None)
@@ -323,6 +328,11 @@ class CellResult(_Record):
         if isinstance(data, dict) and isinstance(data.get("cell"), dict):
             result._cell_written = (id(result.cell), data["cell"])
         return result
+
+    def __eq__(self, other: object) -> bool:  # the record's values; how its cell was written is not one
+        return isinstance(other, CellResult) and self.__dict__ == other.__dict__
+
+    __hash__ = _Record.__hash__
 
     @field_serializer("cell", mode="wrap")
     def _cell_as_written(self, cell: Cell, handler: Any) -> Any:

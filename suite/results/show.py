@@ -11,8 +11,8 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from suite.console import add_row, nbytes, si, styled, table
 from suite.axes import varying_axes
+from suite.console import add_row, nbytes, si, styled, table
 from suite.results import reader
 from suite.results.schema import CellResult
 

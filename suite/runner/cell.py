@@ -28,9 +28,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from suite.device import resolve_device as resolve_device_kind
-from suite.launch import DEFAULT_WORKER, LaunchRequest, LaunchResult
-from suite.launch import failures as launch_failures
-from suite.plan import predict
+from suite.launch import DEFAULT_WORKER, failures as launch_failures, LaunchRequest, LaunchResult
+from suite.plan import Prediction, predict
 from suite.results.schema import Axes, CellResult, RankFailure, RankInfo, RankRecord
 from suite.results.store import utc_iso
 from suite.runner import aggregate
@@ -190,24 +189,25 @@ def _classify(launch: LaunchResult, records: list[RankRecord], world: int,
     return "ok", None
 
 
-def infeasible_result(cell, repeat: int, reason: str, session: str, trace=None) -> CellResult:
+def infeasible_result(cell, repeat: int, reason: str, session: str, prediction: Prediction | None = None) -> CellResult:
     now = utc_iso()
     return CellResult(cell_id=cell.id, repeat=repeat, axes=Axes(**cell.axes()), cell=cell,
                       status="infeasible", error=reason, started_at=now, finished_at=now, launcher=cell.launcher,
-                      prediction=predict(cell, trace).model_dump(mode="json"), extra={"session": session})
+                      prediction=(prediction or predict(cell)).model_dump(mode="json"), extra={"session": session})
 
 
 def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir: Path, device: str,
-                 session: str, extra: dict[str, Any] | None = None, trace=None) -> CellResult:
+                 session: str, extra: dict[str, Any] | None = None, prediction: Prediction | None = None) -> CellResult:
     """The CellResult of a launched cell, before gates (status ok, failed, oom, diverged, timeout, ...).
-    `trace`: the cell's traced memory (measure_peaks cells; suite.plan.trace), stored in its prediction."""
+    `prediction`: the planner's numbers the runner checked feasibility with (with the cell's traced memory when it
+    was traced); computed here when not given."""
     records, problems = read_records(workdir)
     checked = cell.launcher == "ray" and launch.returncode == 0  # torchrun's ranks are on one node by design
     placement = placement_problem(records, cell.nodes, problems) if checked else None
     failed, failures_problem = launch_failures.read(workdir)
     first = failed[0] if failed else None
     status, error = classify(launch, records, cell.gpus, problems, placement, first)
-    prediction = predict(cell, trace).model_dump(mode="json")
+    prediction = (prediction or predict(cell)).model_dump(mode="json")
     numbers = aggregate.aggregate(records, prediction, cell.precision, launch.started, launch.ended,
                                   setup_done_time(workdir))
     more = {"session": session, "work_dir": str(Path(workdir).relative_to(run_dir)), "device": device,

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suite.scenario import Cell, expand, load_cells
-from suite.results import reader
-from suite.results.schema import CellResult
 from suite.gates.band import band_references
 from suite.gates.loss import is_reference, reference_of
+from suite.results import reader
+from suite.results.schema import CellResult
 from suite.runner.resume import DamagedRun, read_stored
-from suite.scenario import load_scenario, Scenario
+from suite.scenario import Cell, expand, load_cells, load_scenario, Scenario
 
 
 class RunError(Exception):

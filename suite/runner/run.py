@@ -38,18 +38,18 @@ from pathlib import Path
 
 import yaml
 
-from suite.scenario import Cell
 from suite.console import EXIT_FAILED, EXIT_OK
 from suite.launch import DEFAULT_WORKER, LaunchResult, launch
 from suite.plan import predict
 from suite.results import store
 from suite.results.env import build_manifest, git_info, torch_info
 from suite.results.schema import FINAL_STATUSES, CellResult
+from suite.scenario import Cell
 from suite.runner.cell import (
     CellTraces, build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, write_payload,
 )
-from suite.gates.loss import first_failure, loss_gates, match_gate, reference_of, run_order
 from suite.gates.band import band_gate, band_references
+from suite.gates.loss import first_failure, loss_gates, match_gate, reference_of, run_order
 from suite.gates.quality import quality_gates
 from suite.runner.opening import RunError, open_scenario, select_cells
 from suite.runner.progress import RunProgress
@@ -156,8 +156,8 @@ def open_run(file: Path | None, opts: RunOptions, console) -> Session:
     else:
         session = store.next_resume_name(run_dir)
     extra: dict = {"options": options}
-    runnable = [c for c in selected if infeasible_reason(c, predict(c), gpu_count) is None]
-    if opts.preflight and runnable:
+    runnable = [c for c in selected if infeasible_reason(c, predict(c), gpu_count) is None] if opts.preflight else []
+    if runnable:
         from suite.comm.preflight import preflight
 
         world = max(c.gpus for c in runnable)  # the largest world size this run will actually launch
@@ -186,9 +186,10 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
     trace = s.traces.get(cell)
     if stop.is_set():  # Ctrl-C during the trace: the runner's handler only sets `stop`
         return None
-    reason = infeasible_reason(cell, predict(cell, trace), s.gpu_count)
+    prediction = predict(cell, trace)  # once per launch: the feasibility check and the stored result share it
+    reason = infeasible_reason(cell, prediction, s.gpu_count)
     if reason and not s.force:
-        return infeasible_result(cell, repeat, reason, s.name, trace)
+        return infeasible_result(cell, repeat, reason, s.name, prediction)
     device = resolve_device(cell, s.gpu_count)
     workdir = store.create_work_dir(s.run_dir, cell.id, repeat)
     store.append_runlog(s.run_dir, "cell_start", cell=cell.id, repeat=repeat, work_dir=workdir.name)
@@ -201,7 +202,7 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
         launched = LaunchResult(launcher=request.launcher, returncode=None,
                                 error=f"the launcher raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     result = build_result(cell, repeat, launched, workdir, s.run_dir, device, s.name,
-                          {"forced_infeasible": reason} if reason else None, trace)
+                          {"forced_infeasible": reason} if reason else None, prediction)
     if result.status == "interrupted":
         store.append_runlog(s.run_dir, "cell_interrupted", cell=cell.id, repeat=repeat, work_dir=workdir.name)
         progress.note(f"interrupted {cell.id}-r{repeat}: its processes were stopped; not recorded")

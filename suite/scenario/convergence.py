@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from suite.scenario.data import Target
 from suite.axes import AXES
+from suite.scenario.data import Target
 from suite.scenario.fields import resolve_alias, Strict
 from suite.scenario.yaml_loader import clip
 

@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
+from suite.axes import AXES, CHECKPOINTING, PRECISIONS
 from suite.models.own import ModelShape
 from suite.models.presets import PRESETS
-from suite.axes import AXES, CHECKPOINTING, PRECISIONS
 from suite.scenario.convergence import Convergence
 from suite.scenario.data import Data, Eval, SyntheticData
 from suite.scenario.fields import resolve_alias, StrategyName, Strict

@@ -9,8 +9,8 @@ from typing import Any
 from suite.axes import LATER_AXES
 from suite.scenario.experiment import Scenario
 from suite.scenario.source import SourceMap
-from suite.strategies import registry
 from suite.scenario.yaml_loader import clip
+from suite.strategies import registry
 
 
 def reference_axes(axes: dict[str, Any], axis: str, value: Any) -> dict[str, Any]:

@@ -19,9 +19,9 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
-from suite.scenario import Cell
 from suite.data import Data
 from suite.results.schema import EvalPoint
+from suite.scenario import Cell
 from suite.strategies.base import Parallel
 from suite.techniques import precision
 from suite.worker.dist import synchronize

@@ -30,9 +30,9 @@ from typing import Callable, TypedDict
 
 import torch
 
-from suite.scenario import Cell
 from suite.data import Batch, Data
 from suite.results.schema import EvalPoint
+from suite.scenario import Cell
 from suite.strategies import registry
 from suite.strategies.base import Parallel
 from suite.techniques import precision

@@ -22,19 +22,18 @@ from typing import Any, Protocol
 
 import torch
 
-from suite.scenario import Cell
-from suite.data import build_data
 from suite.compat import require_torch
+from suite.data import build_data
 from suite.models.build import build_model
 from suite.results.schema import CudaMemory, PeakMemory, RankRecord, SetupTimes, TensorBytes
+from suite.scenario import Cell
 from suite.strategies import get_strategy
-from suite.worker.parallelize import parallelize
 from suite.strategies.base import Parallel
-from suite.worker import dist as wdist
-from suite.worker import measure
+from suite.worker import dist as wdist, measure
 from suite.worker.evaluate import evaluate
 from suite.worker.faults import Faults
 from suite.worker.loop import Diverged, Trainer
+from suite.worker.parallelize import parallelize
 
 EXIT_CODES = {"ok": 0, "failed": 1, "diverged": 3, "oom": 4}
 ERROR_TAIL = 4000  # characters of traceback kept in the record

@@ -12,11 +12,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from suite.scenario import Cell
 from suite.data import build_data
-from suite.models.build import build_model
-from suite.strategies import parallelize
 from suite.launch.ray import checkpoint as ckpt
+from suite.models.build import build_model
+from suite.scenario import Cell
+from suite.strategies import parallelize
 
 
 def _steps(par, data, steps, rank_world) -> list[float]:

@@ -4,7 +4,7 @@ Each strategy evaluates the model as it holds it (sharded ones gather for forwar
 held-out batches; the reduced eval loss (and accuracy, for vit) must equal a 1-rank evaluation of the same
 training (fp32, rtol 1e-4), on both ranks.  Evaluation must not change training (the loss curve is the one
 without `eval:`, and the cell id is the same) and must stay out of the timed steps.
-One spawned group runs every 2-rank cell (tests/dist/spawn.py); the references run in the pytest process.
+One spawned group runs every 2-rank cell (suite/testing/spawn.py); the references run in the pytest process.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 
 import pytest
 
+from suite.testing.spawn import make_cell, run_group
 from suite.worker.main import run_worker
-from tests.dist.spawn import make_cell, run_group
 
 TINY_VIT = {"family": "vit", "image_size": 16, "patch_size": 4, "layers": 2, "heads": 4, "hidden": 64, "mlp": 128}
 EVAL = {"every_steps": 3, "batches": 2}  # after steps 3 and 6 (the end)

@@ -20,7 +20,7 @@ import pytest
 
 from suite.gates.loss import match_gate
 from suite.scenario.convergence import GRAD_RTOL, MatchGate
-from tests.dist.spawn import make_cell, run_group
+from suite.testing.spawn import make_cell, run_group
 
 pytestmark = pytest.mark.slow
 

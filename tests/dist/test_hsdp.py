@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 
 from suite.plan import predict
+from suite.testing.spawn import make_cell, run_group
 from suite.worker.main import run_worker
-from tests.dist.spawn import make_cell, run_group
 
 HSDP = dict(strategy="hsdp", gpus=4, shard_size=2, micro_batch_size=1)
 GROUP = {

@@ -1,6 +1,6 @@
 """suite's training step is the same mathematics as a bare PyTorch loop, and its overhead is reported.
 
-The overhead (suite's median step over the bare loop's, tests/dist/overhead.py) is a speed ratio on a shared
+The overhead (suite's median step over the bare loop's, suite/testing/overhead.py) is a speed ratio on a shared
 CPU: it is recorded (the JUnit property `suite_over_bare_ratio`, printed with -s) and not asserted; track it
 with `scripts/overhead-vs-bare`.  The losses must agree exactly: DDP at world size one is the plain model.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dist.overhead import line, measure
+from suite.testing.overhead import line, measure
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.dist.spawn import ROOT, free_ports, make_cell, worker_env
+from suite.testing.spawn import ROOT, free_ports, make_cell, worker_env
 
 pytestmark = pytest.mark.slow
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "scratch-dp")

@@ -2,7 +2,7 @@
 their native twins and as one rank, the bytes the planner predicts, and communication that really overlaps.
 
 Cost: ONE launch of 2 processes (this file run as `python -m tests.dist.test_scratch SPEC`).  Each rank first
-runs every cell of GROUP through `run_worker` (tests/dist/group_worker.py: one process group per cell), then
+runs every cell of GROUP through `run_worker` (suite/testing/group_worker.py: one process group per cell), then
 opens one more process group for the probes: single optimizer steps driven by hand, with the collectives
 wrapped to record *when* each one was launched (inside backward or not, how many gradients were ready, whether
 the transfer was still in flight).  The 1-rank references run in the pytest process.
@@ -20,7 +20,7 @@ from unittest import mock
 
 import pytest
 
-from tests.dist.spawn import ROOT, free_ports, make_cell, read_records, worker_env
+from suite.testing.spawn import ROOT, free_ports, make_cell, read_records, worker_env
 
 SCRATCH = ["scratch-dp", "scratch-dp-overlap", "scratch-dp-bucketed", "scratch-zero1", "scratch-zero2", "scratch-zero3"]
 TWIN = {"scratch-dp": "ddp", "scratch-dp-overlap": "ddp", "scratch-dp-bucketed": "ddp",
@@ -149,9 +149,9 @@ def rank_main(spec_path: str) -> int:
     import torch
     import torch.distributed as dist
 
-    from tests.dist import group_worker
+    from suite.testing.group_worker import main as run_group_rank
 
-    group_worker.main(spec_path)  # every cell of GROUP through run_worker
+    run_group_rank(spec_path)  # every cell of GROUP through run_worker
     spec = json.loads(Path(spec_path).read_text())
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])

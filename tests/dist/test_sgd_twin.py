@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dist.spawn import make_cell, run_group
+from suite.testing.spawn import make_cell, run_group
 
 pytestmark = pytest.mark.slow
 

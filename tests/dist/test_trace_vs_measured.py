@@ -21,7 +21,7 @@ import pytest
 
 from suite.plan.trace import trace_cell
 from suite.strategies import registry
-from tests.dist.spawn import make_cell, run_group
+from suite.testing.spawn import make_cell, run_group
 
 TOLERANCE = 0.05
 KNOWN_GAP = {"scratch-zero2": (0.87, 0.91)}

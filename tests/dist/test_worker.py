@@ -1,6 +1,6 @@
 """The training worker on 2 CPU ranks (gloo, gpt-tiny) against a 1-rank reference: losses, bytes, peaks.
 
-Cost: one spawned group of 2 ranks runs every 2-rank cell (tests/dist/spawn.py), one real torchrun launch
+Cost: one spawned group of 2 ranks runs every 2-rank cell (suite/testing/spawn.py), one real torchrun launch
 tests the `python -m suite.worker` entry point, and the 1-rank references run in the pytest process.
 """
 
@@ -12,8 +12,8 @@ import math
 import pytest
 
 from suite.plan import predict
+from suite.testing.spawn import make_cell, read_records, run_group, torchrun_cell
 from suite.worker.main import run_worker
-from tests.dist.spawn import make_cell, read_records, run_group, torchrun_cell
 
 TINY_VIT = {"family": "vit", "image_size": 16, "patch_size": 4, "layers": 2, "heads": 4, "hidden": 64, "mlp": 128}
 NO_SEQ = {"seq_len": None}

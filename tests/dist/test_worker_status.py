@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from suite.results.schema import RankRecord
+from suite.testing.spawn import make_cell
 from suite.worker import __main__ as entry
 from suite.worker.faults import Faults, parse
-from tests.dist.spawn import make_cell
 
 
 def run_main(cell, tmp_path, monkeypatch, fault: str | None = None):
@@ -105,7 +105,7 @@ def test_a_real_cpu_allocation_failure_is_oom(tmp_path, micro_batch, status, cod
     import subprocess
     import sys
 
-    from tests.dist.spawn import ROOT, worker_env
+    from suite.testing.spawn import ROOT, worker_env
 
     cell = make_cell(gpus=1, steps=2, seq_len=256, micro_batch_size=micro_batch, global_batch_size=micro_batch)
     (tmp_path / "cell.json").write_text(cell.model_dump_json())

@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from suite.scenario import Cell
 from suite.results.schema import RankRecord, SetupTimes, TensorBytes
+from suite.scenario import Cell
 
 
 def _faults(cell_id: str) -> dict[int, str]:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from suite.scenario import Cell, load_cells
 from suite.launch import container, torchrun
 from suite.results.schema import CellResult, Manifest, RankRecord
 from suite.runner.cell import launch_request, write_payload
+from suite.scenario import Cell, load_cells
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

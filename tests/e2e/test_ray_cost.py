@@ -20,9 +20,9 @@ import time
 
 import pytest
 
-from suite.scenario import load_cells
-from suite.launch.ray.cluster import LocalCluster
 from suite.gates.loss import curve_gate
+from suite.launch.ray.cluster import LocalCluster
+from suite.scenario import load_cells
 from tests.e2e.ray_helpers import ray_env, scenario, worker_events
 from tests.e2e.run_helpers import cell_results, run_cli, run_dirs
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.launch.ray.cluster import LocalCluster
 from suite.gates.loss import curve_gate
+from suite.launch.ray.cluster import LocalCluster
 from tests.e2e.ray_helpers import (
     EVERY, STEPS, by_strategy, events, ray_env, ray_processes_alive, scenario, step_loss_from_checkpoint, torchrun_twin,
     worker_events,

@@ -20,12 +20,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from suite.scenario import Cell, expand
 from suite.launch import LaunchResult
 from suite.plan import predict
 from suite.results.schema import CellResult, CudaMemory, Gate, Manifest, RankRecord, SetupTimes, TensorBytes
 from suite.runner.cell import build_result
-from suite.scenario import Scenario
+from suite.scenario import Cell, expand, Scenario
 
 BASE_SCENARIO: dict[str, Any] = {
     "name": "fixture", "model": "gpt-tiny", "seq_len": 64, "strategy": "ddp", "precision": "fp32", "gpus": 2,

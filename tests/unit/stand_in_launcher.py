@@ -15,10 +15,10 @@ import os
 import signal
 import time
 
-from suite.scenario import Cell
 from suite.launch import LaunchResult
 from suite.results.schema import RankRecord, SetupTimes
 from suite.runner import run as run_mod
+from suite.scenario import Cell
 
 
 def install(monkeypatch, tmp_path, scenario_text: str, name: str):

@@ -7,11 +7,10 @@ import statistics
 
 import pytest
 
-from suite.scenario import expand
-from suite.results.schema import Axes, CellResult, EvalPoint
 from suite.gates.band import band_gate, band_points, band_references
 from suite.gates.loss import run_order
-from suite.scenario import Scenario, ScenarioError
+from suite.results.schema import Axes, CellResult, EvalPoint
+from suite.scenario import expand, Scenario, ScenarioError
 
 BASE = {"name": "b", "model": "gpt-tiny", "seq_len": 16, "strategy": ["ddp", "zero3"], "gpus": 2,
         "micro_batch_size": 1, "global_batch_size": 2, "steps": 30, "warmup_steps": 1,

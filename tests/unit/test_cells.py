@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.scenario import Cell, expand, load_cells
-from suite.scenario import Scenario, ScenarioError
+from suite.scenario import Cell, expand, load_cells, Scenario, ScenarioError
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = {"name": "t", "model": "gpt-tiny", "seq_len": 64}

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.scenario import load_cells
-from suite.plan import predict
 from suite.axes import AXES
-from suite.scenario import Scenario
+from suite.plan import predict
+from suite.scenario import load_cells, Scenario
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_KEYS = {"cell", "settings", "num_parameters", "memory_bytes", "as_implemented", "analytic", "host_bytes", "traced", "trace_error", "fits",

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from suite.scenario import load_cells
 from suite.launch import container
 from suite.launch.torchrun import command as torchrun_command
 from suite.runner.cell import launch_request
+from suite.scenario import load_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,13 +8,12 @@ import pickle
 import pytest
 import torch
 
-from suite.scenario import expand
 from suite.data import build_data
 from suite.data.cifar10 import MARKER, MEAN, STD, load_cifar10, write_tiny_cifar10
 from suite.data.synthetic import PROBS, MarkovTokens
 from suite.data.text import MAX_BYTES, default_corpus, read_corpus
 from suite.models.build import build_model
-from suite.scenario import Scenario
+from suite.scenario import expand, Scenario
 
 TINY_VIT = {"family": "vit", "layers": 2, "hidden": 64, "heads": 4, "mlp": 128}
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from suite.scenario import expand
-from suite.results.schema import Axes, CellResult
 from suite.gates import loss as g
-from suite.scenario import Scenario
+from suite.results.schema import Axes, CellResult
+from suite.scenario import expand, Scenario
 
 
 def _cells(**over):

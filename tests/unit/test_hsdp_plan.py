@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from suite.scenario import expand
 from suite.plan import predict
 from suite.plan.memory import shard_world
-from suite.scenario import Scenario, ScenarioError
+from suite.scenario import expand, Scenario, ScenarioError
 
 BASE = {"name": "h", "model": "gpt-tiny", "seq_len": 16, "gpus": 8, "micro_batch_size": 1, "global_batch_size": 16}
 

@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from suite.scenario import expand
 from suite.models.build import build_model, init_weights
 from suite.models.presets import PRESETS, GptShape, LlamaShape, VitShape
 from suite.plan import predict
-from suite.scenario import Scenario
+from suite.scenario import expand, Scenario
 
 SMALL = {"gpt-tiny", "llama-tiny", "vit-cifar10"}  # built for real; the others on the meta device
 

@@ -15,11 +15,10 @@ import textwrap
 import pytest
 import torch
 
-from suite.scenario import expand
 from suite.models.build import build_model, materialize
 from suite.models.own import HfShape, PythonShape, read_config
 from suite.plan import predict
-from suite.scenario import Scenario, ScenarioError
+from suite.scenario import expand, Scenario, ScenarioError
 from suite.scenario.source import load_scenario
 from suite.testing.spawn import ROOT, make_cell
 

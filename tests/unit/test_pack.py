@@ -14,9 +14,8 @@ from report_fixtures import make_cells, make_manifest, make_result, write_run
 
 from suite.results import pack as packmod
 from suite.results.pack import PackError, pack
-from suite.results.unpack import open_inputs
-from suite.results.unpack import unpack
 from suite.results.reader import load_runs
+from suite.results.unpack import open_inputs, unpack
 
 CELL = "fixture/0001_abc1234_20250101T000000Z/cells"
 

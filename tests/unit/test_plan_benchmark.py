@@ -5,9 +5,8 @@ The issue asks for "well under a second"; the benchmark table shows it, and `--b
 
 from __future__ import annotations
 
-from suite.scenario import expand
 from suite.plan.rows import plan_rows
-from suite.scenario import Scenario
+from suite.scenario import expand, Scenario
 
 # 5 models x 5 seq_len x 4 strategies x 10 world sizes = 1,000 cells, every one valid.
 MATRIX = {

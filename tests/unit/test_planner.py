@@ -14,11 +14,10 @@ from fractions import Fraction as F
 
 import pytest
 
-from suite.scenario import expand
 from suite.models.presets import PRESETS
 from suite.plan import predict
 from suite.plan.memory import activation_bytes
-from suite.scenario import Scenario
+from suite.scenario import expand, Scenario
 
 GIB = 2**30
 N = 64

@@ -7,14 +7,13 @@ import json
 
 from rich.console import Console
 
-from suite.scenario import expand
 from suite.results.schema import Axes, CellResult
 from suite.runner.progress import EventTail, RunProgress
-from suite.scenario import Scenario
+from suite.testing.builders import make_cell
 
 
 def _cell():
-    return expand(Scenario.model_validate(dict(name="t", model="gpt-tiny", seq_len=16, steps=4, warmup_steps=1)))[0]
+    return make_cell(seq_len=16, steps=4, warmup_steps=1, gpus=1, micro_batch_size=1, global_batch_size=1)
 
 
 def test_event_tail_reads_whole_lines_incrementally(tmp_path):

@@ -18,9 +18,9 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from site_fixtures import SLOW_CELL, baseline_runs, make_nights, slow_run
 
+from suite.compare.comparison import compare
 from suite.publish.command import publish
 from suite.publish.state import slim
-from suite.compare.comparison import compare
 from suite.results.reader import load_runs
 
 

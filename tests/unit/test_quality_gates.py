@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from suite.results.schema import EvalPoint
 from suite.gates.quality import quality_gates
+from suite.results.schema import EvalPoint
 from suite.scenario.convergence import Convergence
 
 

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.scenario import expand, load_cells
 from suite.results.schema import RankRecord
-from suite.scenario import load_scenario, Scenario, ScenarioError
+from suite.scenario import expand, load_cells, load_scenario, Scenario, ScenarioError
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = dict(name="r", launcher="ray", device="cpu", model="gpt-tiny", seq_len=32, gpus=2, nodes=2,

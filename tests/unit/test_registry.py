@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-from suite.scenario import expand
 from suite.plan import predict
 from suite.plan.memory import static_bytes
-from suite.scenario import Scenario
+from suite.scenario import expand, Scenario
 from suite.strategies import registry
 from suite.strategies.registry import Comm, StrategySpec
 

@@ -12,9 +12,9 @@ from html.parser import HTMLParser
 import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
-from suite.results.reader import load_runs
 from suite.report.pivots import pivots
 from suite.report.tables import COLUMN_KEYS, cell_rows
+from suite.results.reader import load_runs
 
 EXCLUDE_SHARDED_ON_ONE = [{"strategy": s, "gpus": 1} for s in ("zero1", "zero2", "zero3")]
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
-from suite.results.reader import Run, load_runs
 from suite.report.markdown import report_markdown
 from suite.report.pivots import pivots
 from suite.report.render import to_csv
 from suite.report.tables import cell_rows
+from suite.results.reader import Run, load_runs
 
 SWEEP = dict(model=["gpt-tiny", "llama-tiny"], seq_len=[32, 64, 96, 128, 256],
              strategy=["ddp", "zero1", "zero2", "zero3"], activation_checkpointing=["none", "selective", "full"],

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
-from suite.scenario import load_cells
-from suite.results.reader import load_runs
 from suite.report.markdown import report_markdown
 from suite.report.pivots import pivots
 from suite.report.tables import cell_rows
+from suite.results.reader import load_runs
+from suite.scenario import load_cells
 
 SHIPPED = Path(__file__).resolve().parents[2] / "scenarios" / "scratch-vs-native.yaml"
 # Issue 5: "its report shows them paired" -- each native strategy, then its hand-written twins.

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from suite.scenario import expand
 from suite.launch import LaunchResult
 from suite.plan import predict
 from suite.results.schema import RankRecord
 from suite.runner.cell import classify, infeasible_reason, resolve_device
+from suite.testing.builders import make_cell
 
 
 def _rec(rank, status="ok", error=None) -> RankRecord:
@@ -50,12 +50,7 @@ def test_classify_puts_the_cause_first():
 
 
 def _cell(**over):
-    from suite.scenario import Scenario
-
-    data = dict(name="t", model="gpt-tiny", seq_len=16, gpus=2, micro_batch_size=2, global_batch_size=4, steps=2,
-                warmup_steps=1)
-    data.update(over)
-    return expand(Scenario.model_validate(data))[0]
+    return make_cell(**{"seq_len": 16, "steps": 2, "optimizer": {}, **over})
 
 
 def test_infeasible_memory_and_devices():

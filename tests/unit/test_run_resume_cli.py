@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from suite.scenario import load_cells
 from suite.console import EXIT_INPUT, EXIT_OK
+from suite.scenario import load_cells
 from tests.scenario_texts import infeasible
 from stand_in_launcher import install
 

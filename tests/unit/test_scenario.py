@@ -16,8 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from suite.scenario import load_cells
-from suite.scenario import load_scenario, Scenario, ScenarioError
+from suite.scenario import load_cells, load_scenario, Scenario, ScenarioError
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "scenarios"

@@ -13,9 +13,8 @@ import tracemalloc
 
 import pytest
 
-from suite.scenario import load_cells
+from suite.scenario import load_cells, ScenarioError
 from suite.scenario.expand import MAX_CELLS
-from suite.scenario import ScenarioError
 from suite.scenario.yaml_loader import MAX_ALIASES, MAX_BYTES, MAX_DEPTH, MAX_INT_DIGITS, MAX_NODES
 
 HEAD = "name: t\nmodel: gpt-tiny\nseq_len: 8\n"  # lines 1-3 of a valid scenario; the tests add line 4 on

@@ -51,12 +51,12 @@ import ray  # noqa: E402
 from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig  # noqa: E402
 from ray.train.torch import TorchConfig, TorchTrainer  # noqa: E402
 
-from suite.scenario import Cell  # noqa: E402
 from suite.device import resolve_device as device_kind  # noqa: E402
+from suite.launch.ray import checkpoint as ray_checkpoint, train_fn as ray_entry  # noqa: E402
 from suite.launch.ray import rank_files as ray_report  # noqa: E402
 from suite.launch.ray.session import ANSWER  # noqa: E402
 from suite.results.store import write_atomic  # noqa: E402
-from suite.launch.ray import checkpoint as ray_checkpoint, train_fn as ray_entry  # noqa: E402
+from suite.scenario import Cell  # noqa: E402
 
 NODE_WAIT_S = 90.0  # nodes may still be joining a freshly started cluster
 NODE_ID_LABEL = "ray.io/node-id"

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from ray.train import UserCallback
 
-from suite.results.schema import RankRecord
 from suite.launch.ray.events import CHECKPOINT, DONE, START, RankFailed
+from suite.results.schema import RankRecord
 from suite.results.store import write_atomic
 
 EVENTS = "ray_events.jsonl"

@@ -1,11 +1,11 @@
 """suite's per-step harness overhead against a bare PyTorch loop: a measurement, reported, never asserted.
 
 The same cell (a small GPT, fp32, one CPU rank, DDP at world size one) is trained by suite's worker and by the
-bare loop of tests/dist/bare.py in one fresh process (tests/dist/overhead_probe.py), alternating three times;
-the ratio of the median post-warm-up step times is the overhead.  Ray Train's harness check allows 1.15x
-vanilla PyTorch (../shared/reference.md); on a shared 2-core CPU a step is ~20 ms and the ratio moves with the
-machine's load, so no test bounds it: tests/dist/test_overhead_vs_bare.py records it (and checks the losses
-agree exactly), `scripts/overhead-vs-bare` prints it.  No torch import here.
+bare loop of bare_loop.py in one fresh process (overhead_probe.py), alternating three times; the ratio of the
+median post-warm-up step times is the overhead.  Ray Train's harness check allows 1.15x vanilla PyTorch
+(../shared/reference.md); on a shared 2-core CPU a step is ~20 ms and the ratio moves with the machine's load,
+so no test bounds it: tests/dist/test_overhead_vs_bare.py records it (and checks the losses agree exactly),
+`scripts/overhead-vs-bare` prints it.  No torch import here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.dist.spawn import ROOT, make_cell, worker_env
+from suite.testing.spawn import ROOT, make_cell, worker_env
 
 
 def probe_cell():
@@ -30,7 +30,7 @@ def measure(folder: Path, timeout_s: float = 600) -> dict:
     cell = probe_cell()
     path = folder / "cell.json"
     path.write_text(cell.model_dump_json())
-    proc = subprocess.run([sys.executable, "-m", "tests.dist.overhead_probe", str(path)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "suite.testing.overhead_probe", str(path)], cwd=ROOT,
                           env=worker_env(), capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"the overhead probe exited {proc.returncode}:\n{proc.stderr[-3000:]}")

@@ -5,7 +5,8 @@ group, strategy wrappers at world size 1) must stay outside the timed region.  `
 cell's model on the cell's data with the cell's optimizer in the simplest loop there is (no process group,
 no wrappers, no records) and times each optimizer step exactly as the worker does (device synchronized on
 both ends).  The ratio suite / bare of the median measured step time is the harness's per-step overhead;
-test_overhead_vs_bare.py (next to this file) measures it side by side in one process.
+suite/testing/overhead.py measures it side by side in one process (tests/dist/test_overhead_vs_bare.py,
+scripts/overhead-vs-bare), and the GPU check's harness step on the device (suite/testing/gpu_check.py).
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import time
 
 import torch
 
-from suite.scenario import Cell
 from suite.data import build_data
 from suite.models.build import build_model
+from suite.scenario import Cell
 from suite.strategies.base import make_optimizer
 from suite.techniques import precision
 from suite.worker.dist import synchronize

@@ -1,4 +1,5 @@
-"""One rank of a test group (see spawn.py): run_worker for each cell of the spec, each on its own port."""
+"""One rank of a spawned group (spawn.py `run_group`): run_worker for each cell of the spec, each on its own
+port."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Run in a fresh process (one thread, world of one): suite's worker and the bare loop on the same cell,
-alternating, and print their step times and losses as JSON (read by test_overhead_vs_bare.py)."""
+alternating, and print their step times and losses as JSON (read by suite/testing/overhead.py `measure`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from suite.scenario import Cell
+from suite.testing.bare_loop import bare_step_times
 from suite.worker.main import run_worker
-from tests.dist.bare import bare_step_times
 
 
 def main(cell_json: str) -> None:

@@ -3,7 +3,7 @@
 Each launch of fresh processes costs ~10 s here (every rank imports torch), so most 2-rank checks run in one
 *group*: 2 processes started once (RANK/WORLD_SIZE/MASTER_ADDR set as torchrun would) that call
 `suite.worker.main.run_worker` — the function Ray Train calls — for a list of cells one after another, each
-cell with its own process group on its own port (tests/dist/group_worker.py).  The `python -m suite.worker`
+cell with its own process group on its own port (suite/testing/group_worker.py).  The `python -m suite.worker`
 entry point itself is tested with real torchrun launches (`torchrun_cell`).
 """
 
@@ -16,9 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from suite.scenario import Cell, expand
 from suite.results.schema import RankRecord
-from suite.scenario import Scenario
+from suite.scenario import Cell, Scenario, expand
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,7 +76,7 @@ def run_group(cells: list[Cell], out_root: Path, world: int = 2, timeout: float 
         env = worker_env({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
                           "MASTER_ADDR": "127.0.0.1"})
         log = open(out_root / f"group_rank{r}.log", "w")
-        procs.append((subprocess.Popen([sys.executable, "-m", "tests.dist.group_worker", str(spec)], cwd=ROOT,
+        procs.append((subprocess.Popen([sys.executable, "-m", "suite.testing.group_worker", str(spec)], cwd=ROOT,
                                        env=env, stdout=log, stderr=subprocess.STDOUT), log))
     try:
         codes = [p.wait(timeout=timeout) for p, _ in procs]

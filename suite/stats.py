@@ -1,4 +1,5 @@
-"""Small statistics in pure Python: the quantile all of suite uses, and what compare's noise model needs.
+"""Small statistics in pure Python, the one module for them: the quantile all of suite uses, the runner's step
+statistics, and what compare's noise model needs.
 
 * `quantile` / `median`: the one quantile (numpy's default linear interpolation).
 * `t_sf` / `t_ppf`: Student's t distribution, from the regularized incomplete beta function
@@ -7,6 +8,8 @@
   n_b + n_c - 2 degrees of freedom is what accounts for that (tests check it against tabulated quantiles).
 * `mad_sigma`: a robust standard deviation (1.4826 x the median absolute deviation), for a history of
   nights of which one may be broken.
+* `mean`, `yuen_trimmed` (Yuen's 20%-trimmed mean and winsorized variance: compare's noise model,
+  compare/noise.py), `percentile` (the runner's step-time statistics).
 * `summary`: min/max/mean/stddev/quantiles of a sample (export's pytest-benchmark statistics).
 
 There is no test on step times here on purpose: steps of one run are not independent samples of what moves
@@ -112,6 +115,27 @@ def mad_sigma(values: Sequence[float]) -> float:
     m = median(values)
     factor = _MAD_SMALL.get(n, n / (n - 0.8) if n > 9 else 1.0)
     return factor * 1.4826 * median([abs(v - m) for v in values])
+
+
+def mean(xs: Sequence[float]) -> float:
+    """The arithmetic mean (ValueError names an empty sample)."""
+    if not xs:
+        raise ValueError("mean of an empty sample")
+    return sum(xs) / len(xs)
+
+
+def yuen_trimmed(ys: Sequence[float]) -> tuple[float, float, int]:
+    """Yuen's 20%-trimmed mean, the winsorized variance and the number of values kept: (mean, s_w^2, h).  With
+    3 or 4 values nothing is trimmed (then Yuen's test is Welch's t test)."""
+    n = len(ys)
+    g = int(0.2 * n)
+    data = sorted(ys)
+    kept = data[g:n - g]
+    h = len(kept)
+    wins = [kept[0]] * g + kept + [kept[-1]] * g
+    mw = mean(wins)
+    s2 = sum((y - mw) ** 2 for y in wins) / (n - 1)
+    return mean(kept), s2, h
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -78,29 +78,11 @@ class Judgement:
                 f"side or {HISTORY_MIN}+ stored baseline runs)")
 
 
-def _mean(xs: Sequence[float]) -> float:
-    return sum(xs) / len(xs)
-
-
 def _logs(values: Sequence[float]) -> list[float]:
     bad = [v for v in values if not (v > 0 and math.isfinite(v))]
     if bad:
         raise ValueError(f"values must be positive and finite, got {bad[0]}")
     return [math.log(v) for v in values]
-
-
-def _trimmed(ys: Sequence[float]) -> tuple[float, float, int]:
-    """Yuen's 20%-trimmed mean, the winsorized variance and the number of values kept: (mean, s_w^2, h).  With
-    3 or 4 values nothing is trimmed (then Yuen's test is Welch's t test)."""
-    n = len(ys)
-    g = int(0.2 * n)
-    data = sorted(ys)
-    kept = data[g:n - g]
-    h = len(kept)
-    wins = [kept[0]] * g + kept + [kept[-1]] * g
-    mw = _mean(wins)
-    s2 = sum((y - mw) ** 2 for y in wins) / (n - 1)
-    return _mean(kept), s2, h
 
 
 def judge(baseline: Sequence[Sequence[float]], current: Sequence[float], threshold: float, alpha: float,
@@ -113,12 +95,12 @@ def judge(baseline: Sequence[Sequence[float]], current: Sequence[float], thresho
     if not runs or not current:
         raise ValueError(f"judge needs values on both sides (baseline runs {len(runs)}, current {len(current)})")
     yc = _logs(current)
-    loc = _mean(yc)  # the current side's location (repeats: its trimmed mean)
+    loc = stats.mean(yc)  # the current side's location (repeats: its trimmed mean)
     sign = 1.0 if higher_is_worse else -1.0
     margin = math.log1p(threshold)
     band, note = None, ""
     if len(runs) >= HISTORY_MIN:
-        nights = [_mean(_logs(r)) for r in runs]
+        nights = [stats.mean(_logs(r)) for r in runs]
         n = len(nights)
         centre, spread = stats.median(nights), stats.mad_sigma(nights)
         # df (n - 1) / 2: a MAD carries about half the information of a standard deviation of as many values;
@@ -130,9 +112,9 @@ def judge(baseline: Sequence[Sequence[float]], current: Sequence[float], thresho
             note = f"; their repeats: {'/'.join(map(str, counts))}, current: {len(yc)}"
     else:
         yb = _logs(runs[-1])
-        centre, nb = _mean(yb), len(yb)
+        centre, nb = stats.mean(yb), len(yb)
         if nb >= REPEATS_MIN and len(yc) >= REPEATS_MIN:
-            (centre, wb, hb), (loc, wc, hc) = _trimmed(yb), _trimmed(yc)
+            (centre, wb, hb), (loc, wc, hc) = stats.yuen_trimmed(yb), stats.yuen_trimmed(yc)
             vb, vc = (nb - 1) * wb / (hb * (hb - 1)), (len(yc) - 1) * wc / (hc * (hc - 1))  # Yuen's squared se
             se = math.sqrt(vb + vc)
             df = (vb + vc) ** 2 / (vb ** 2 / (hb - 1) + vc ** 2 / (hc - 1)) if se > 0 else 0  # Welch's

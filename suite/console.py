@@ -19,7 +19,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the work ran and something in it failed: a cell, a regression, a wrong collective
 EXIT_INPUT = 2  # the user's input: a scenario file, an option, a damaged or missing results folder
 EXIT_ENVIRONMENT = 3  # suite could not write its results (full disk, read-only or not a folder) or the OS refused
-EXIT_INTERNAL = 70  # an uncaught exception: a bug in suite (traceback on stderr), never a verdict (cli_crash.CrashGroup)
+EXIT_INTERNAL = 70  # an uncaught exception: a bug in suite (traceback on stderr), never a verdict (cli/crash.CrashGroup)
 
 # Wide tables stay readable when piped (rich falls back to 80 columns without a terminal).
 console = Console(width=None if Console().is_terminal else 240)

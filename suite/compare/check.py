@@ -2,7 +2,7 @@
 class, the held-out mixin and small helpers (RAN, fmt, _ran).
 
 They live apart from checks.py because the check classes of both checks.py (status, timing, memory) and
-checks_quality.py (convergence, losses, accuracy) build on them, and checks.py lists every check in CHECKS:
+quality_checks.py (convergence, losses, accuracy) build on them, and checks.py lists every check in CHECKS:
 keeping the base here avoids a circular import between those two modules.
 """
 

@@ -9,8 +9,8 @@ noise.py's (runs are the unit of evidence; a history of stored runs is a noise m
 A new metric is one Check subclass added to CHECKS (METRICS, the order metrics are listed in, follows each
 check's listed_at).
 compare.py matches cells, runs the checks and collects their verdicts; docs/compare.md explains each rule.
-Where things live: checks_base.py holds the shared pieces (RAN, Side, Verdict, fmt, Check and the held-out
-mixin), checks_quality.py the checks that judge training quality (convergence, final_loss, eval_loss,
+Where things live: check.py holds the shared pieces (RAN, Side, Verdict, fmt, Check and the held-out
+mixin), quality_checks.py the checks that judge training quality (convergence, final_loss, eval_loss,
 accuracy); this module holds the status, timing and memory checks, CHECKS, METRICS, DEFAULT_THRESHOLDS and
 make_checks, and re-exports the rest, so importers need only `suite.compare.checks`.
 """

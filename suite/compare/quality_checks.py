@@ -1,5 +1,5 @@
 """compare's checks that judge training quality: convergence gates, the final loss, the held-out loss and
-accuracy.  They build on checks_base.py; checks.py lists them in CHECKS and re-exports them.
+accuracy.  They build on check.py; checks.py lists them in CHECKS and re-exports them.
 """
 
 from __future__ import annotations

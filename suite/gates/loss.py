@@ -9,7 +9,7 @@
   (numpy's isclose).  Strategies, world sizes with the same global batch, and accumulation are the same
   mathematics, so in fp32 they agree to ~1e-5; a cell with a different global batch does not.  The
   gradient-norm curves (the global norm of the gradient each step applied, worker/gradients.py) must match
-  too, within grad_rtol / grad_atol (defaults by precision: scenario_gates.GRAD_RTOL): Adam hides a gradient's
+  too, within grad_rtol / grad_atol (defaults by precision: scenario/convergence.GRAD_RTOL): Adam hides a gradient's
   scale from the loss, not from its norm.  The gate fails at the first step where either curve differs,
   naming the step, both values and the tolerance.  A result from before schema 5 has no gradient norms: the
   loss curves are compared alone and the detail says so.

@@ -4,7 +4,7 @@
   commit; each point is a link to its run's page, which shows the manifest (versions, git commit, image
   digest, driver);
 - a shaded bar (timing panels): where compare expected an unchanged run to fall, from that machine's history
-  before the point (report/noise.py; drawn from a machine's 6th run on);
+  before the point (compare/noise.py; drawn from a machine's 6th run on);
 - a red ring: compare's verdict against the earlier runs was a regression for that metric; an amber ring: a
   timing change past the threshold when there was no noise estimate yet (too few earlier runs and repeats).
 The SVG keeps text as text (svg.fonttype none: small, searchable) and each set of rings is a group with an id

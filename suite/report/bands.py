@@ -5,7 +5,8 @@ judged cell's held-out curve drawn over it, points outside the band marked.  Dra
 from __future__ import annotations
 
 from suite.gates.band import band_points, metric_of
-from suite.report.figure import MAX_LINES, MAX_LOSS_FIGURES, Plot, Row, figure, png
+from suite.report.figure import MAX_LINES, MAX_LOSS_FIGURES, Plot, figure, png
+from suite.report.tables import CellRow
 from suite.results.schema import EvalPoint
 from suite.scenario.convergence import BandGate
 from suite.scenario.references import reference_axes
@@ -13,19 +14,19 @@ from suite.scenario.references import reference_axes
 LABELS = {"eval_loss": "held-out loss", "accuracy": "held-out accuracy", "perplexity": "held-out perplexity"}
 
 
-def _band_of(row: Row) -> BandGate | None:
-    first = row["_results"][0] if row.get("_results") else None
+def _band_of(row: CellRow) -> BandGate | None:
+    first = row.results[0] if row.results else None
     spec = first.cell.convergence.band if first is not None and first.cell.convergence else None
     return BandGate.model_validate(spec) if spec else None
 
 
-def _curve(row: Row) -> list[EvalPoint]:
-    return list(row["_results"][0].eval) if row.get("_results") else []
+def _curve(row: CellRow) -> list[EvalPoint]:
+    return list(row.results[0].eval) if row.results else []
 
 
-def band_plots(rows: list[Row], axes: list[str]) -> list[Plot]:
+def band_plots(rows: list[CellRow], axes: list[str]) -> list[Plot]:
     """One figure per band (run and every axis but seed and the reference axis), at most MAX_LOSS_FIGURES."""
-    groups: dict[tuple, tuple[BandGate, list[Row]]] = {}
+    groups: dict[tuple, tuple[BandGate, list[CellRow]]] = {}
     for r in rows:
         band = _band_of(r)
         if band is None or not _curve(r):
@@ -33,7 +34,7 @@ def band_plots(rows: list[Row], axes: list[str]) -> list[Plot]:
         # grouped as the gate finds references: the reference axis at its value, seed apart (reference_axes also
         # clears shard_size for a reference strategy without shard groups)
         ref_axes = reference_axes({a: r.get(a) for a in axes}, band.axis, band.value)
-        key = (r["run"],) + tuple(str(v) for a, v in ref_axes.items() if a != "seed")
+        key = (r.run,) + tuple(str(v) for a, v in ref_axes.items() if a != "seed")
         groups.setdefault(key, (band, []))[1].append(r)
     plots = []
     for n, (band, members) in enumerate(list(groups.values())[:MAX_LOSS_FIGURES], start=1):

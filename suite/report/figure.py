@@ -9,7 +9,8 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-Row = dict[str, Any]
+from suite.report.tables import CellRow
+
 MAX_BARS, MAX_BOXES, MAX_LINES, MAX_LOSS_FIGURES = 24, 40, 12, 4
 COLORS = {"parameters": "#4c72b0", "gradients": "#dd8452", "optimizer_states": "#55a868",
           "master_weights": "#8172b3", "activations": "#c44e52", "other": "#b0b0b0"}
@@ -44,6 +45,6 @@ def png(fig) -> bytes:
     return buf.getvalue()
 
 
-def short_label(row: Row, axes: list[str], runs: bool) -> str:
-    label = " ".join(str(row.get(a)) for a in axes) or row["cell"]
-    return f"{row['run']} {label}" if runs else label
+def short_label(row: CellRow, axes: list[str], runs: bool) -> str:
+    label = " ".join(str(row.get(a)) for a in axes) or row.cell
+    return f"{row.run} {label}" if runs else label

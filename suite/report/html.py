@@ -13,7 +13,7 @@ from typing import Any
 from suite.axes import AXIS_HEADERS
 from suite.report.figure import Plot
 from suite.report.pivots import Pivot
-from suite.report.tables import (RUN_HEADERS, display_columns, fixed_axes, footnotes, groups, run_table,
+from suite.report.tables import (RUN_HEADERS, CellRow, display_columns, fixed_axes, footnotes, groups, run_table,
                                  text_table)
 from suite.results.reader import Run
 
@@ -60,7 +60,7 @@ def _plot(p: Plot) -> str:
             f"<figcaption>{escape(p.title)}</figcaption></figure>")
 
 
-def report_html(runs: list[Run], rows: list[dict[str, Any]], pivots: list[Pivot], plots: list[Plot],
+def report_html(runs: list[Run], rows: list[CellRow], pivots: list[Pivot], plots: list[Plot],
                 group_by: list[str]) -> str:
     parts = [f"<h1>suite report</h1><h2>Runs ({len(runs)})</h2>", _table(RUN_HEADERS, run_table(runs), "runs")]
     fixed = fixed_axes(rows)

@@ -22,8 +22,8 @@ from typing import Any
 
 from suite.axes import AXES
 from suite.report.pivots import Pivot
+from suite.report.tables import CellRow
 
-Row = dict[str, Any]
 HEADER = ["cell", "launcher", "start s", "setup s", "train s", "checkpoint s", "end s", "wall s", "x twin",
           "one-time s"]
 _TWIN_AXES = tuple(a for a in AXES if a != "nodes")
@@ -50,12 +50,12 @@ def split(result) -> dict[str, float | None] | None:
             "wall": o.wall, "one_time": None}
 
 
-def launch_cost_pivot(rows: list[Row]) -> list[Pivot]:
+def launch_cost_pivot(rows: list[CellRow]) -> list[Pivot]:
     """[the section] when some row holds Ray results, else []."""
-    results = [(row, r, split(r)) for row in rows for r in row["_results"]]
+    results = [(row, r, split(r)) for row in rows for r in row.results]
     if not any(r.launcher == "ray" for _, r, _ in results):
         return []
-    def key(row: Row) -> tuple:
+    def key(row: CellRow) -> tuple:
         return tuple(row.get(a) for a in _TWIN_AXES)
 
     ray_keys = {key(row) for row, r, _ in results if r.launcher == "ray"}

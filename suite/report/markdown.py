@@ -10,7 +10,7 @@ from typing import Any
 
 from suite.axes import AXIS_HEADERS
 from suite.report.pivots import Pivot
-from suite.report.tables import (RUN_HEADERS, display_columns, fixed_axes, footnotes, groups, run_table,
+from suite.report.tables import (RUN_HEADERS, CellRow, display_columns, fixed_axes, footnotes, groups, run_table,
                                  text_table)
 from suite.results.reader import Run
 
@@ -33,7 +33,7 @@ def pivot_markdown(p: Pivot, level: str = "###") -> str:
     return "\n".join(parts)
 
 
-def report_markdown(runs: list[Run], rows: list[dict[str, Any]], pivots: list[Pivot], group_by: list[str],
+def report_markdown(runs: list[Run], rows: list[CellRow], pivots: list[Pivot], group_by: list[str],
                     plots: list[tuple[str, str]] = ()) -> str:
     """The whole report.  plots: (title, relative path) of PNG files written beside the Markdown, if any."""
     parts = ["# suite report", "", table(RUN_HEADERS, run_table(runs)), ""]

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import dataclass
 from typing import Any
 
 from suite.axes import AXES, varying_axes
 from suite.report.figure import MAX_BARS, Plot, figure, png, short_label
 from suite.report.pivots import Pivot
-from suite.report.tables import COLUMNS, Column, MiB, fmt
-from suite.results.schema import CellResult
+from suite.report.tables import COLUMNS, CellRow, Column, MiB, fmt
+from suite.results.schema import Axes, CellResult
 
-Row = dict[str, Any]
 # Measured peaks, best first, with the name the table gives their source.
 SOURCES = (("total_cuda", "cuda allocated"), ("total_tracker", "tracker"))
 KINDS = (("textbook", "textbook"), ("as_implemented", "as implemented"), ("traced", "traced"))
@@ -45,6 +45,30 @@ NUMBER_COLUMNS: tuple[Column, ...] = (
     Column("ratio_traced", "measured/traced", ".2f"),
 )
 KEYS = ("run", "cell", *AXES, *(c.key for c in NUMBER_COLUMNS), "trace_status", "trace_error", "trace_notes")
+
+
+@dataclass
+class PeakRow:
+    """The section's row for one cell: its measured peak beside the planner's three predictions (MiB)."""
+
+    run: str
+    cell: str
+    axes: Axes
+    measured_mib: float
+    measured_source: str  # cuda allocated | tracker
+    textbook_mib: float | None = None
+    as_implemented_mib: float | None = None
+    traced_mib: float | None = None
+    ratio_textbook: float | None = None  # measured / predicted
+    ratio_as_implemented: float | None = None
+    ratio_traced: float | None = None
+    trace_status: str | None = None  # traced | untraced (trace_error says why) | None: not in these results
+    trace_error: str | None = None
+    trace_notes: str | None = None
+
+    def get(self, key: str) -> Any:
+        """The value of a KEYS key (an axis by name)."""
+        return self.axes.get(key) if key in AXES else getattr(self, key) if key in KEYS else None
 
 
 def _get(d: Any, *keys: str) -> Any:
@@ -85,36 +109,36 @@ def predicted_peaks(prediction: dict[str, Any]) -> dict[str, Any]:
             "trace_status": status, "trace_error": error, "trace_notes": "; ".join(notes) or None}
 
 
-def peak_row(row: Row) -> Row | None:
+def peak_row(row: CellRow) -> PeakRow | None:
     """The section's row for one cell-table row (all repeats of a cell), or None without a measured peak."""
-    results: list[CellResult] = row["_results"]
+    results = row.results
     measured, source = measured_peak(results)
     if measured is None:
         return None
     pred = predicted_peaks(results[0].prediction)  # one prediction per cell: every repeat carries the same
-    out: Row = {k: row.get(k) for k in ("run", "cell", *AXES)}
-    out.update(measured_mib=measured / MiB, measured_source=source)
+    kinds = {}
     for kind, _ in KINDS:
         value = pred[kind]
-        out[f"{kind}_mib"] = None if value is None else value / MiB
-        out[f"ratio_{kind}"] = measured / value if value else None
-    out.update(trace_status=pred["trace_status"], trace_error=pred["trace_error"], trace_notes=pred["trace_notes"])
-    return out
+        kinds[f"{kind}_mib"] = None if value is None else value / MiB
+        kinds[f"ratio_{kind}"] = measured / value if value else None
+    return PeakRow(run=row.run, cell=row.cell, axes=row.axes, measured_mib=measured / MiB, measured_source=source,
+                   trace_status=pred["trace_status"], trace_error=pred["trace_error"],
+                   trace_notes=pred["trace_notes"], **kinds)
 
 
-def peak_rows(rows: list[Row]) -> list[Row]:
+def peak_rows(rows: list[CellRow]) -> list[PeakRow]:
     """Section rows in the cell table's order (cells without a measured peak left out)."""
     return [p for p in (peak_row(r) for r in rows) if p is not None]
 
 
-def _id_columns(rows: list[Row]) -> list[Column]:
+def _id_columns(rows: list[CellRow]) -> list[Column]:
     """run (with several runs), cell, and the axes that vary among all the report's cells (as the cell table):
     an axis fixed for the whole report is already stated once above it."""
-    keys = (["run"] if len({r["run"] for r in rows}) > 1 else []) + ["cell", *varying_axes(rows)]
+    keys = (["run"] if len({r.run for r in rows}) > 1 else []) + ["cell", *varying_axes(rows)]
     return [_ID_COLUMNS[k] for k in keys]
 
 
-def peak_pivot(rows: list[Row]) -> list[Pivot]:
+def peak_pivot(rows: list[CellRow]) -> list[Pivot]:
     """[the section] for Markdown/HTML, or [] when no cell has a measured peak (a list, to extend pivots with)."""
     prows = peak_rows(rows)
     if not prows:
@@ -126,9 +150,9 @@ def peak_pivot(rows: list[Row]) -> list[Pivot]:
     for p in prows:
         line = [fmt(c, p.get(c.key)) for c in ids]
         for c in NUMBER_COLUMNS:
-            untraced = p["trace_status"] == "untraced" and c.key in ("traced_mib", "ratio_traced")
+            untraced = p.trace_status == "untraced" and c.key in ("traced_mib", "ratio_traced")
             line.append("untraced" if untraced else fmt(c, p.get(c.key)))
-        text = f"untraced: {p['trace_error']}" if p["trace_status"] == "untraced" else p["trace_notes"]
+        text = f"untraced: {p.trace_error}" if p.trace_status == "untraced" else p.trace_notes
         line.append(f"[{notes.setdefault(text, len(notes) + 1)}]" if text else "-")
         body.append(line)
     left_out = len(rows) - len(prows)
@@ -146,12 +170,12 @@ def peak_pivot(rows: list[Row]) -> list[Pivot]:
                   header, body, intro + [f"[{n}] {text}" for text, n in notes.items()])]
 
 
-def public_peaks(rows: list[Row]) -> list[Row]:
+def public_peaks(rows: list[CellRow]) -> list[dict[str, Any]]:
     """The section's rows as numbers (JSON), keys in KEYS order."""
     return [{k: p.get(k) for k in KEYS} for p in peak_rows(rows)]
 
 
-def peaks_csv(rows: list[Row]) -> str | None:
+def peaks_csv(rows: list[CellRow]) -> str | None:
     """The section as CSV (peaks.csv beside cells.csv), or None when no cell has a measured peak."""
     prows = public_peaks(rows)
     if not prows:
@@ -166,7 +190,7 @@ def peaks_csv(rows: list[Row]) -> str | None:
 BAR_COLORS = {"measured": "#222222", "textbook": "#4c72b0", "as_implemented": "#dd8452", "traced": "#55a868"}
 
 
-def peak_plot(rows: list[Row], axes: list[str], runs: bool):
+def peak_plot(rows: list[CellRow], axes: list[str], runs: bool):
     """Grouped horizontal bars, one group per cell: the measured peak above its three predictions.
 
     Bars rather than a scatter because a cell's four numbers are read together (which prediction is nearest to
@@ -188,7 +212,7 @@ def peak_plot(rows: list[Row], axes: list[str], runs: bool):
                 color=BAR_COLORS[kind], label=label)
         if kind == "traced":
             for y, p in zip(ys, prows):
-                if p["trace_status"] == "untraced":
+                if p.trace_status == "untraced":
                     ax.text(top * 0.01, y, "untraced", va="center", fontsize=7, color=BAR_COLORS[kind])
     ax.set_yticks(range(len(prows)), [short_label(p, axes, runs) for p in prows], fontsize=8)
     ax.invert_yaxis()  # first cell on top, as in the table

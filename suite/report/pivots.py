@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 from suite.axes import AXES, AXIS_HEADERS, rank as axis_rank, varying_axes
 from suite.strategies import registry
+from suite.report.tables import CellRow
 
-Row = dict[str, Any]
 MEASURED = ("ok", "gate-failed")
 
 
@@ -34,23 +34,23 @@ class Pivot:
     notes: list[str] = field(default_factory=list)
 
 
-def _label(row: Row, axes: list[str]) -> str:
+def _label(row: CellRow, axes: list[str]) -> str:
     return ", ".join(f"{AXIS_HEADERS[a]}={row.get(a)}" for a in axes) or "all"
 
 
-def _slots(rows: list[Row], varying_axes: list[str], col_axis: str,
-           keep: tuple[str, ...] = ()) -> tuple[dict[str, dict[Any, Row]], list[Any], int]:
+def _slots(rows: list[CellRow], varying_axes: list[str], col_axis: str,
+           keep: tuple[str, ...] = ()) -> tuple[dict[str, dict[Any, CellRow]], list[Any], int]:
     """{row label: {column value: row}}, the sorted column values, and how many slots had several results."""
     varying = set(varying_axes) | set(keep)
     row_axes = [a for a in AXES if a in varying and a != col_axis]
-    table: dict[str, dict[Any, Row]] = {}
+    table: dict[str, dict[Any, CellRow]] = {}
     collisions = 0
     for row in rows:
         slot = table.setdefault(_label(row, row_axes), {})
         key = row.get(col_axis)
         if key in slot:
             collisions += 1
-            if slot[key]["_created_at"] > row["_created_at"]:
+            if slot[key].created_at > row.created_at:
                 continue
         slot[key] = row
     # None (an axis a strategy does not use, e.g. zero3's shard_size) sorts first
@@ -70,9 +70,9 @@ def _pct(new: float | None, old: float | None) -> str:
     return f" ({change:+d}%)" if change else " (+0%)"
 
 
-def _build(rows: list[Row], varying: list[str], name: str, title: str, question: str, col_axis: str, col_header: Callable[[Any], str],
-           cell: Callable[[dict[Any, Row], Any], str], keep: tuple[str, ...] = (),
-           extra: tuple[str, Callable[[dict[Any, Row], list[Any]], str]] | None = None) -> Pivot:
+def _build(rows: list[CellRow], varying: list[str], name: str, title: str, question: str, col_axis: str, col_header: Callable[[Any], str],
+           cell: Callable[[dict[Any, CellRow], Any], str], keep: tuple[str, ...] = (),
+           extra: tuple[str, Callable[[dict[Any, CellRow], list[Any]], str]] | None = None) -> Pivot:
     table, cols, collisions = _slots(rows, varying, col_axis, keep)
     header = ["cells"] + [col_header(c) for c in cols] + ([extra[0]] if extra else [])
     body = []
@@ -85,22 +85,22 @@ def _build(rows: list[Row], varying: list[str], name: str, title: str, question:
     return Pivot(name, title, question, header, body, notes)
 
 
-def memory_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+def memory_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
     if not ({"strategy", "gpus"} & set(varying)):
         return None
 
-    def cell(slot: dict[Any, Row], gpus: Any) -> str:
+    def cell(slot: dict[Any, CellRow], gpus: Any) -> str:
         r = slot[gpus]
-        return f"{_num(r['_states_measured_mib'], ',.1f')} / {_num(r['_states_predicted_mib'], ',.1f')}"
+        return f"{_num(r.states_measured_mib, ',.1f')} / {_num(r.states_predicted_mib, ',.1f')}"
 
-    def check(slot: dict[Any, Row], present: list[Any]) -> str:
+    def check(slot: dict[Any, CellRow], present: list[Any]) -> str:
         if len(present) < 2:
             return ""
         lo, hi = slot[present[0]], slot[present[-1]]
-        m = (hi["_states_measured_mib"] / lo["_states_measured_mib"]
-             if hi["_states_measured_mib"] and lo["_states_measured_mib"] else None)
-        p = (hi["_states_predicted_mib"] / lo["_states_predicted_mib"]
-             if hi["_states_predicted_mib"] and lo["_states_predicted_mib"] else None)
+        m = (hi.states_measured_mib / lo.states_measured_mib
+             if hi.states_measured_mib and lo.states_measured_mib else None)
+        p = (hi.states_predicted_mib / lo.states_predicted_mib
+             if hi.states_predicted_mib and lo.states_predicted_mib else None)
         return f"{present[0]}->{present[-1]} gpus: x{_num(m, '.2f')} (predicted x{_num(p, '.2f')})"
 
     pv = _build(rows, varying, "memory", "Model-state memory per rank by strategy and GPU count",
@@ -112,17 +112,17 @@ def memory_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
     return pv
 
 
-def scaling_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+def scaling_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
     if "gpus" not in varying:
         return None
 
-    def cell(slot: dict[Any, Row], gpus: Any) -> str:
-        measured = [g for g in slot if slot[g]["tokens_per_s"]]
-        tps = slot[gpus]["tokens_per_s"]
+    def cell(slot: dict[Any, CellRow], gpus: Any) -> str:
+        measured = [g for g in slot if slot[g].tokens_per_s]
+        tps = slot[gpus].tokens_per_s
         if tps is None or not measured:
             return "-"
         base_gpus = min(measured)
-        eff = (tps / gpus) / (slot[base_gpus]["tokens_per_s"] / base_gpus)
+        eff = (tps / gpus) / (slot[base_gpus].tokens_per_s / base_gpus)
         return f"{tps:,.0f} ({eff * 100:.0f}%)"
 
     return _build(rows, varying, "scaling", "Throughput scaling with GPU count",
@@ -130,21 +130,21 @@ def scaling_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
                   "relative to the smallest world size in the row).", "gpus", lambda g: f"{g} gpus (tokens/s)", cell)
 
 
-def checkpointing_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+def checkpointing_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
     values = {r.get("activation_checkpointing") for r in rows} if "activation_checkpointing" in varying else set()
     if "none" not in values:
         return None
 
-    def mem(r: Row) -> float | None:
-        peak = (r["memory_scope"] or "").startswith("peak")
-        return r["memory_measured_mib"] if peak else r["_activations_measured_mib"]
+    def mem(r: CellRow) -> float | None:
+        peak = (r.memory_scope or "").startswith("peak")
+        return r.memory_measured_mib if peak else r.activations_measured_mib
 
-    def cell(slot: dict[Any, Row], mode: Any) -> str:
+    def cell(slot: dict[Any, CellRow], mode: Any) -> str:
         r, base = slot[mode], slot.get("none")
-        text = f"{_num(mem(r), ',.1f', ' MiB')}, {_num(r['step_median_ms'], ',.2f', ' ms')}"
+        text = f"{_num(mem(r), ',.1f', ' MiB')}, {_num(r.step_median_ms, ',.2f', ' ms')}"
         if mode != "none" and base is not None:
             text = (f"{_num(mem(r), ',.1f', ' MiB')}{_pct(mem(r), mem(base))}, "
-                    f"{_num(r['step_median_ms'], ',.2f', ' ms')}{_pct(r['step_median_ms'], base['step_median_ms'])}")
+                    f"{_num(r.step_median_ms, ',.2f', ' ms')}{_pct(r.step_median_ms, base.step_median_ms)}")
         return text
 
     return _build(rows, varying, "checkpointing", "Cost of activation checkpointing",
@@ -154,21 +154,21 @@ def checkpointing_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
                   lambda m: f"{m}", cell)
 
 
-def seq_len_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+def seq_len_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
     if "seq_len" not in varying:
         return None
 
-    def cell(slot: dict[Any, Row], s: Any) -> str:
+    def cell(slot: dict[Any, CellRow], s: Any) -> str:
         r = slot[s]
-        mem = r["memory_measured_mib"] if (r["memory_scope"] or "").startswith("peak") else None
-        return f"{_num(mem, ',.1f', ' MiB')}, {_num(r['step_median_ms'], ',.2f', ' ms')}"
+        mem = r.memory_measured_mib if (r.memory_scope or "").startswith("peak") else None
+        return f"{_num(mem, ',.1f', ' MiB')}, {_num(r.step_median_ms, ',.2f', ' ms')}"
 
     return _build(rows, varying, "seq_len", "Memory and time versus sequence length",
                   "How do peak memory per rank and median step time grow with the sequence length?", "seq_len",
                   lambda s: f"seq {s}", cell)
 
 
-def scratch_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+def scratch_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
     """One line per hand-written strategy and configuration, against its native twin in the same configuration
     (its registry entry's twin: scratch-dp* ~ ddp, scratch-zeroK ~ zeroK).  Built only when some twin is present."""
     if "strategy" not in varying:
@@ -180,14 +180,14 @@ def scratch_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
             mine, native = slot[name], slot.get(registry.native(name))
             if native is None:
                 continue  # nothing to pair with: the cell table still shows it
-            t_n, t_s = native["step_median_ms"], mine["step_median_ms"]
-            l_n, l_s = native["final_loss"], mine["final_loss"]
+            t_n, t_s = native.step_median_ms, mine.step_median_ms
+            l_n, l_s = native.final_loss, mine.final_loss
             body.append([
                 f"{name} vs {registry.native(name)}" + ("" if label == "all" else f", {label}"),
                 f"{_num(t_n, ',.2f')} / {_num(t_s, ',.2f')}",
                 "-" if t_n is None or t_s is None or not t_n else f"x{t_s / t_n:.2f}",
-                f"{_num(native['memory_measured_mib'], ',.1f')} / {_num(mine['memory_measured_mib'], ',.1f')}"
-                f" ({mine['memory_scope'] or 'not measured'})",
+                f"{_num(native.memory_measured_mib, ',.1f')} / {_num(mine.memory_measured_mib, ',.1f')}"
+                f" ({mine.memory_scope or 'not measured'})",
                 "-" if l_n is None or l_s is None else f"{l_s - l_n:+.2e}",
             ])
     if not body:
@@ -201,16 +201,16 @@ def scratch_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
                   "final loss scratch - native"], body, notes)
 
 
-def layout_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
+def layout_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
     """Tensor-parallel degree (or, without one, hsdp's shard group size) against memory and throughput."""
     axis = next((a for a in ("tensor_parallel", "shard_size") if a in varying), None)
     if axis is None:
         return None
 
-    def cell(slot: dict[Any, Row], value: Any) -> str:
+    def cell(slot: dict[Any, CellRow], value: Any) -> str:
         r = slot[value]
-        return (f"{_num(r['_states_measured_mib'], ',.1f')} / {_num(r['_states_predicted_mib'], ',.1f')} MiB, "
-                f"{_num(r['tokens_per_s'], ',.0f', ' tok/s')}")
+        return (f"{_num(r.states_measured_mib, ',.1f')} / {_num(r.states_predicted_mib, ',.1f')} MiB, "
+                f"{_num(r.tokens_per_s, ',.0f', ' tok/s')}")
 
     what = "tensor-parallel degree" if axis == "tensor_parallel" else "HSDP shard group size"
     return _build(rows, varying, "layout", f"Memory and throughput by {what}",
@@ -221,9 +221,9 @@ def layout_pivot(rows: list[Row], varying: list[str]) -> Pivot | None:
 BUILDERS = (memory_pivot, scaling_pivot, checkpointing_pivot, seq_len_pivot, scratch_pivot, layout_pivot)
 
 
-def pivots(rows: list[Row]) -> list[Pivot]:
+def pivots(rows: list[CellRow]) -> list[Pivot]:
     """Every pivot the rows have the axes for, built from the cells that ran."""
-    measured = [r for r in rows if r["status"] in MEASURED]
+    measured = [r for r in rows if r.status in MEASURED]
     if not measured:
         return []
     varying = varying_axes(measured)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from suite.axes import AXES, varying_axes
 from suite.report.bands import band_plots
-from suite.report.figure import (COLORS, MAX_BARS, MAX_BOXES, MAX_LINES, MAX_LOSS_FIGURES, Plot, Row, figure, png,
+from suite.report.figure import (COLORS, MAX_BARS, MAX_BOXES, MAX_LINES, MAX_LOSS_FIGURES, Plot, figure, png,
                                  short_label)
 from suite.report.peaks import peak_plot
-from suite.report.tables import BREAKDOWN, PEAK_KEYS, MiB
+from suite.report.tables import BREAKDOWN, PEAK_KEYS, CellRow, MiB
 
-def memory_breakdown(rows: list[Row], axes: list[str], runs: bool) -> Plot | None:
-    rows = [r for r in rows if r["_predicted"]][:MAX_BARS]
+def memory_breakdown(rows: list[CellRow], axes: list[str], runs: bool) -> Plot | None:
+    rows = [r for r in rows if r.predicted][:MAX_BARS]
     if not rows:
         return None
     fig = figure(max(6.0, 0.7 * len(rows) + 2), 4.5)
@@ -34,7 +34,7 @@ def memory_breakdown(rows: list[Row], axes: list[str], runs: bool) -> Plot | Non
         labelled.add(cat)
 
     for i, r in enumerate(rows):
-        for offset, source in ((-0.2, r["_predicted"]), (0.2, r["_measured"])):
+        for offset, source in ((-0.2, r.predicted), (0.2, r.measured)):
             bottom = 0.0
             for cat in BREAKDOWN:
                 v = source.get(cat)
@@ -51,14 +51,14 @@ def memory_breakdown(rows: list[Row], axes: list[str], runs: bool) -> Plot | Non
     return Plot("memory_breakdown", "Memory breakdown per rank, predicted vs measured", png(fig))
 
 
-def scaling(rows: list[Row], axes: list[str]) -> Plot | None:
+def scaling(rows: list[CellRow], axes: list[str]) -> Plot | None:
     if "gpus" not in axes:
         return None
     others = [a for a in axes if a != "gpus"]
     lines: dict[str, dict[int, float]] = {}
     for r in rows:
-        if r["tokens_per_s"]:
-            lines.setdefault(" ".join(str(r.get(a)) for a in others) or "all", {})[r["gpus"]] = r["tokens_per_s"]
+        if r.tokens_per_s:
+            lines.setdefault(" ".join(str(r.get(a)) for a in others) or "all", {})[r.get("gpus")] = r.tokens_per_s
     if not lines:
         return None
     fig = figure(6.5, 4.5)
@@ -74,26 +74,26 @@ def scaling(rows: list[Row], axes: list[str]) -> Plot | None:
     return Plot("scaling", "Throughput scaling", png(fig))
 
 
-def loss_curves(rows: list[Row], axes: list[str], runs: bool) -> list[Plot]:
-    rows = [r for r in rows if r["_losses"]]
-    groups: dict[tuple, list[Row]] = {}
+def loss_curves(rows: list[CellRow], axes: list[str], runs: bool) -> list[Plot]:
+    rows = [r for r in rows if r.losses]
+    groups: dict[tuple, list[CellRow]] = {}
     for r in rows:
-        if r["_match"]:
-            axis = r["_match"].axis
-            groups.setdefault((r["run"], axis) + tuple(str(r.get(a)) for a in AXES if a != axis), []).append(r)
+        if r.match:
+            axis = r.match.axis
+            groups.setdefault((r.run, axis) + tuple(str(r.get(a)) for a in AXES if a != axis), []).append(r)
     groups = {k: v for k, v in groups.items() if len(v) > 1}  # a curve alone has nothing to match
     plots = []
     for n, (key, members) in enumerate(list(groups.items())[:MAX_LOSS_FIGURES], start=1):
-        axis, ref_value = key[1], members[0]["_match"].value
+        axis, ref_value = key[1], members[0].match.value
         ref = next((m for m in members if m.get(axis) == ref_value), None)
         fig = figure(9.0, 3.8)
         ax, dx = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
         largest = 0.0
         for m in members[:MAX_LINES]:
-            ax.plot(range(len(m["_losses"])), m["_losses"], label=f"{axis}={m.get(axis)}")
+            ax.plot(range(len(m.losses)), m.losses, label=f"{axis}={m.get(axis)}")
             if ref is not None and m is not ref:
-                steps = range(min(len(m["_losses"]), len(ref["_losses"])))
-                diffs = [abs(m["_losses"][i] - ref["_losses"][i]) for i in steps]
+                steps = range(min(len(m.losses), len(ref.losses)))
+                diffs = [abs(m.losses[i] - ref.losses[i]) for i in steps]
                 largest = max([largest, *(d for d in diffs if d == d)])  # d == d skips NaN
                 dx.semilogy(list(steps), [max(d, 1e-12) for d in diffs], label=f"{axis}={m.get(axis)}")
         if ref is not None and largest == 0.0:
@@ -111,7 +111,7 @@ def loss_curves(rows: list[Row], axes: list[str], runs: bool) -> list[Plot]:
         fig = figure(6.5, 4.5)
         ax = fig.add_subplot()
         for r in rows[:MAX_LINES]:
-            ax.plot(range(len(r["_losses"])), r["_losses"], label=short_label(r, axes, runs))
+            ax.plot(range(len(r.losses)), r.losses, label=short_label(r, axes, runs))
         ax.set_xlabel("step")
         ax.set_ylabel("loss")
         ax.legend(fontsize=8)
@@ -119,13 +119,13 @@ def loss_curves(rows: list[Row], axes: list[str], runs: bool) -> list[Plot]:
     return plots
 
 
-def step_times(rows: list[Row], axes: list[str], runs: bool) -> Plot | None:
-    rows = [r for r in rows if r["_step_times_s"]][:MAX_BOXES]
+def step_times(rows: list[CellRow], axes: list[str], runs: bool) -> Plot | None:
+    rows = [r for r in rows if r.step_times_s][:MAX_BOXES]
     if not rows:
         return None
     fig = figure(max(6.0, 0.45 * len(rows) + 2), 4.5)
     ax = fig.add_subplot()
-    ax.boxplot([[t * 1e3 for t in r["_step_times_s"]] for r in rows])
+    ax.boxplot([[t * 1e3 for t in r.step_times_s] for r in rows])
     ax.set_xticks(range(1, len(rows) + 1), [short_label(r, axes, runs) for r in rows], rotation=45, ha="right",
                   fontsize=8)
     ax.set_ylabel("step time (ms), measured steps")
@@ -133,10 +133,10 @@ def step_times(rows: list[Row], axes: list[str], runs: bool) -> Plot | None:
     return Plot("step_times", "Step-time distributions", png(fig))
 
 
-def all_plots(rows: list[Row]) -> list[Plot]:
+def all_plots(rows: list[CellRow]) -> list[Plot]:
     """Every plot the rows have data for (raises PlotError when matplotlib is missing)."""
     axes = varying_axes(rows)
-    runs = len({r["run"] for r in rows}) > 1
+    runs = len({r.run for r in rows}) > 1
     plots = [memory_breakdown(rows, axes, runs), peak_plot(rows, axes, runs), scaling(rows, axes),
              *loss_curves(rows, axes, runs), *band_plots(rows, axes), step_times(rows, axes, runs)]
     return [p for p in plots if p is not None]

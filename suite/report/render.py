@@ -18,7 +18,7 @@ from suite.report.launch_cost import launch_cost_pivot
 from suite.report.markdown import report_markdown
 from suite.report.peaks import peak_pivot, peaks_csv, public_peaks
 from suite.report.pivots import pivots as build_pivots
-from suite.report.tables import COLUMN_KEYS, cell_rows, public
+from suite.report.tables import COLUMN_KEYS, CellRow, cell_rows, public
 from suite.results.reader import Run
 
 FORMATS = ("md", "html", "csv", "json")
@@ -42,7 +42,7 @@ def check_options(formats: list[str], out: Path | None, group_by: list[str]) -> 
         raise ReportUsageError(f"{len(set(formats))} formats without --out: give --out DIR, or one text format")
 
 
-def to_csv(rows: list[dict[str, Any]]) -> str:
+def to_csv(rows: list[CellRow]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(COLUMN_KEYS), lineterminator="\n")
     writer.writeheader()
@@ -50,7 +50,7 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def to_json(runs: list[Run], rows: list[dict[str, Any]], pivots: list) -> str:
+def to_json(runs: list[Run], rows: list[CellRow], pivots: list) -> str:
     doc = {
         "runs": [{"label": r.label, "path": str(r.path), "manifest": r.manifest.model_dump(mode="json")} for r in runs],
         "columns": list(COLUMN_KEYS),

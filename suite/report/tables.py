@@ -1,8 +1,10 @@
 """The per-cell table: one row per (run, cell), repeats folded together, in fixed columns with units.
 
-A row is a plain dict.  Its public keys are COLUMNS (values already in the unit the header names: ms, MiB, %),
-so CSV/JSON writers dump them as they are and Markdown/HTML only format numbers.  Keys starting with "_" carry
-raw material for the pivots and plots (step-time samples, loss curve, memory breakdowns) and are never printed.
+A row is a `CellRow`: typed fields for every column of COLUMNS (values already in the unit the header names:
+ms, MiB, %), so CSV/JSON writers dump them as they are and Markdown/HTML only format numbers, the cell's typed
+`Axes`, and the raw material pivots and plots read (step-time samples, loss curve, memory breakdowns, the
+repeats themselves), which is never printed.  `row.get(key)` looks a column or an axis up by its key, for the
+renderers that walk COLUMNS.
 
 Repeats of a cell are folded: step times are pooled, throughput and MFU take the median over repeats, memory
 the largest measured peak, and the status is the first repeat's that was not ok (a flaky cell must show).
@@ -10,14 +12,15 @@ the largest measured peak, and the status is the first repeat's that was not ok 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from suite import axes, stats
 from suite.axes import AXES, AXIS_HEADERS, varying_axes
 from suite.compat import PINNED_TORCH, is_pinned
 from suite.results.reader import Run
-from suite.results.schema import CellResult
+from suite.results.schema import Axes, CellResult
+from suite.scenario.convergence import MatchGate
 from suite.strategies import registry
 
 MiB = 2.0**20
@@ -56,6 +59,53 @@ COLUMNS: tuple[Column, ...] = (
     Column("convergence", "convergence", ""),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+
+
+@dataclass
+class CellRow:
+    """One row of the per-cell table: all repeats of one cell in one run, folded (see the module docstring)."""
+
+    run: str  # the run folder's label
+    cell: str  # the cell id
+    axes: Axes  # the cell's value on every axis (model by its label)
+    status: str  # the first repeat's status that was not ok, else ok
+    repeats: int
+    tokens_per_s: float | None
+    tokens_per_s_per_device: float | None
+    step_median_ms: float | None  # over the repeats' measured steps pooled
+    step_p90_ms: float | None
+    mfu_pct: float | None
+    mfu_basis: str | None  # how MFU was counted (a footnote in Markdown/HTML)
+    memory_measured_mib: float | None
+    memory_predicted_mib: float | None
+    memory_ratio: float | None  # measured / predicted, like for like (memory_scope)
+    memory_scope: str | None  # peak (cuda) | peak (tracker) | peak | states
+    final_loss: float | None
+    eval_loss: float | None
+    accuracy_pct: float | None
+    time_to_target: str | None
+    convergence: str | None  # pass | fail: <gate>@<step>, ... | None without gates
+    # raw material for pivots and plots, never printed
+    created_at: str = ""  # the run's creation time (the newer of two rows of one pivot slot wins)
+    step_times_s: list[float] = field(default_factory=list)  # measured steps of every repeat, pooled
+    losses: list[float] = field(default_factory=list)  # the first repeat's loss curve
+    measured: dict[str, float | None] = field(default_factory=dict)  # rank 0's bytes by category
+    predicted: dict[str, float] = field(default_factory=dict)  # the planner's bytes by category
+    states_measured_mib: float | None = None
+    states_predicted_mib: float | None = None
+    activations_measured_mib: float | None = None
+    match: MatchGate | None = None  # the cell's match gate, for the loss-curve plots
+    results: list[CellResult] = field(default_factory=list)  # the repeats themselves (peaks.py, bands.py)
+    run_index: int = 0  # the run's position among the report's runs (oldest first)
+
+    def get(self, key: str) -> Any:
+        """The value of a column (a COLUMNS key) or of an axis (an AXES name); None for any other key."""
+        if key in AXIS_HEADERS:
+            return self.axes.get(key)
+        return getattr(self, key) if key in _ROW_KEYS else None
+
+
+_ROW_KEYS = frozenset(COLUMN_KEYS) - frozenset(AXIS_HEADERS)
 
 
 def fmt(column: Column, value: Any) -> str:
@@ -148,7 +198,7 @@ def fold_status(results: list[CellResult]) -> str:
     return next((r.status for r in results if r.status != "ok"), "ok")
 
 
-def cell_row(run: Run, results: list[CellResult]) -> dict[str, Any]:
+def cell_row(run: Run, results: list[CellResult]) -> CellRow:
     """One table row from all repeats of one cell in one run."""
     first = results[0]
     pooled = [t for r in results for t in r.step_times_s]
@@ -163,45 +213,43 @@ def cell_row(run: Run, results: list[CellResult]) -> dict[str, Any]:
     _, mem_predicted, mem_scope = mem[0]
     measured, predicted = memory_parts(first)
     states_m, states_p = states_bytes(first)
-    row: dict[str, Any] = {
-        "run": run.label,
-        "cell": first.cell_id,
-        **{axis: first.axes.get(axis) for axis in AXES},
-        "status": fold_status(results),
-        "repeats": len(results),
-        "tokens_per_s": _median(r.throughput.tokens_per_s if r.throughput else None for r in results),
-        "tokens_per_s_per_device": _median(
+    return CellRow(
+        run=run.label,
+        cell=first.cell_id,
+        axes=first.axes,
+        status=fold_status(results),
+        repeats=len(results),
+        tokens_per_s=_median(r.throughput.tokens_per_s if r.throughput else None for r in results),
+        tokens_per_s_per_device=_median(
             r.throughput.tokens_per_s_per_device if r.throughput else None for r in results),
-        "step_median_ms": None if step_median is None else step_median * 1e3,
-        "step_p90_ms": None if step_p90 is None else step_p90 * 1e3,
-        "mfu_pct": _median(r.mfu.value * 100 if r.mfu and r.mfu.value is not None else None for r in results),
-        "mfu_basis": mfu_basis(first),
-        "memory_measured_mib": _mib(mem_measured),
-        "memory_predicted_mib": _mib(mem_predicted),
-        "memory_ratio": None if mem_measured is None or not mem_predicted else mem_measured / mem_predicted,
-        "memory_scope": mem_scope,
-        "final_loss": _median(r.final_loss for r in results),
-        "eval_loss": _median(r.eval[-1].loss if r.eval else None for r in results),
-        "accuracy_pct": _median(r.eval[-1].accuracy * 100 if r.eval and r.eval[-1].accuracy is not None else None
-                                for r in results),
-        "time_to_target": target_text(first),
-        "convergence": convergence_verdict(results),
-        # raw material for pivots and plots (never printed)
-        "_created_at": run.manifest.created_at,
-        "_step_times_s": pooled,
-        "_losses": first.losses,
-        "_measured": measured,
-        "_predicted": predicted,
-        "_states_measured_mib": _mib(states_m),
-        "_states_predicted_mib": _mib(states_p),
-        "_activations_measured_mib": _mib(measured.get("activations")),
-        "_match": (first.cell.convergence.match if first.cell.convergence else None) or None,
-        "_results": results,  # the repeats themselves, for sections that read more (peaks.py)
-    }
-    return row
+        step_median_ms=None if step_median is None else step_median * 1e3,
+        step_p90_ms=None if step_p90 is None else step_p90 * 1e3,
+        mfu_pct=_median(r.mfu.value * 100 if r.mfu and r.mfu.value is not None else None for r in results),
+        mfu_basis=mfu_basis(first),
+        memory_measured_mib=_mib(mem_measured),
+        memory_predicted_mib=_mib(mem_predicted),
+        memory_ratio=None if mem_measured is None or not mem_predicted else mem_measured / mem_predicted,
+        memory_scope=mem_scope,
+        final_loss=_median(r.final_loss for r in results),
+        eval_loss=_median(r.eval[-1].loss if r.eval else None for r in results),
+        accuracy_pct=_median(r.eval[-1].accuracy * 100 if r.eval and r.eval[-1].accuracy is not None else None
+                             for r in results),
+        time_to_target=target_text(first),
+        convergence=convergence_verdict(results),
+        created_at=run.manifest.created_at,
+        step_times_s=pooled,
+        losses=first.losses,
+        measured=measured,
+        predicted=predicted,
+        states_measured_mib=_mib(states_m),
+        states_predicted_mib=_mib(states_p),
+        activations_measured_mib=_mib(measured.get("activations")),
+        match=(first.cell.convergence.match if first.cell.convergence else None) or None,
+        results=results,
+    )
 
 
-def cell_rows(runs: list[Run], group_by: Iterable[str] = ()) -> list[dict[str, Any]]:
+def cell_rows(runs: list[Run], group_by: Iterable[str] = ()) -> list[CellRow]:
     """Rows for every cell of every run, sorted by the group-by axes, then run (oldest first), then the axes."""
     group_by = list(group_by)
     rows = []
@@ -211,11 +259,12 @@ def cell_rows(runs: list[Run], group_by: Iterable[str] = ()) -> list[dict[str, A
             by_cell.setdefault(r.cell_id, []).append(r)
         for results in by_cell.values():
             row = cell_row(run, results)
-            row["_run_index"] = n
+            row.run_index = n
             rows.append(row)
-    order = [*group_by, "_run_index", *(a for a in AXES if a not in group_by)]
+    order = [*group_by, "run_index", *(a for a in AXES if a not in group_by)]
     strategies = {name: i for i, name in enumerate(registry.order())}  # once per sort, not once per row
-    rows.sort(key=lambda row: tuple(_sort_key(a, row.get(a), strategies) for a in order))
+    rows.sort(key=lambda row: tuple(_sort_key(a, row.run_index if a == "run_index" else row.get(a), strategies)
+                                    for a in order))
     return rows
 
 
@@ -233,39 +282,39 @@ def _sort_key(axis: str, value: Any, strategies: dict[str, int]) -> tuple[int, A
     return (2, 0, str(value))
 
 
-def fixed_axes(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def fixed_axes(rows: list[CellRow]) -> dict[str, Any]:
     """Axes with a single value among the rows (shown once above a table instead of in every row)."""
     varying = set(varying_axes(rows))
     return {a: rows[0].get(a) for a in AXES if a not in varying} if rows else {}
 
 
 
-def display_columns(rows: list[dict[str, Any]]) -> list[Column]:
+def display_columns(rows: list[CellRow]) -> list[Column]:
     """Columns for Markdown/HTML: every column but the axes that do not vary (and run, when there is one run)."""
     drop = set(fixed_axes(rows))
-    if len({r["run"] for r in rows}) <= 1:
+    if len({r.run for r in rows}) <= 1:
         drop.add("run")
     # the held-out columns only when something was evaluated (`eval:`): other tables stay as they were
     drop |= {k for k in ("eval_loss", "accuracy_pct", "time_to_target") if all(r.get(k) is None for r in rows)}
     return [c for c in COLUMNS if c.key not in drop]
 
 
-def public(row: dict[str, Any]) -> dict[str, Any]:
-    """The row without its private keys, in column order (for CSV and JSON)."""
+def public(row: CellRow) -> dict[str, Any]:
+    """The row's columns, in column order (for CSV and JSON)."""
     return {k: row.get(k) for k in COLUMN_KEYS}
 
 
-def groups(rows: list[dict[str, Any]], group_by: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
+def groups(rows: list[CellRow], group_by: list[str]) -> list[tuple[str, list[CellRow]]]:
     """Rows split into sections by the group-by axes, as (title, rows); one untitled section without them."""
     if not group_by:
         return [("", rows)]
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[CellRow]] = {}
     for row in rows:
         out.setdefault(", ".join(f"{a}={row.get(a)}" for a in group_by), []).append(row)
     return list(out.items())
 
 
-def text_table(rows: list[dict[str, Any]], columns: list[Column],
+def text_table(rows: list[CellRow], columns: list[Column],
                notes: dict[str, int]) -> tuple[list[str], list[list[str]]]:
     """(headers, formatted body) for Markdown/HTML.  The long MFU basis becomes a footnote [n]: `notes` maps each
     basis text to its number and is shared by the sections of one report (see footnotes())."""

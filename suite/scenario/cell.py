@@ -66,7 +66,7 @@ class Cell(BaseModel):
     gpu_memory_gb: float | None
     repeats: int
     convergence: Convergence | None
-    eval: Eval | None = Field(None, description="Held-out evaluation (scenario field); see scenario_data.Eval.")
+    eval: Eval | None = Field(None, description="Held-out evaluation (scenario field); see scenario/data.Eval.")
     ray: RaySettings | None = Field(None, description="Ray Train options (launcher: ray); see RaySettings.")
 
     def settings(self) -> dict[str, Any]:

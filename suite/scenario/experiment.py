@@ -61,7 +61,7 @@ def _axis(doc: str, default: Any = ...) -> Any:
     return Field(default, description=doc + " A list is swept.")
 
 
-_Strict = Strict  # every model of the file: extra="forbid", frozen, finite floats (scenario_types.py)
+_Strict = Strict  # every model of the file: extra="forbid", frozen, finite floats (fields.py)
 
 
 class Optimizer(_Strict):

@@ -23,7 +23,7 @@ from suite.scenario.yaml_loader import ScenarioError, clip, parse
 def _line_map(root: yaml.Node | None) -> tuple[dict[tuple, int], list[str]]:
     """Map each key path in the composed YAML document, e.g. ('gpus', 2), to its 1-based line number.
 
-    The document was bounded by scenario_yaml.parse (expanded nodes, depth), so walking every path is cheap.
+    The document was bounded by yaml_loader.parse (expanded nodes, depth), so walking every path is cheap.
 
     Also returns the keys written twice in one mapping (`line: key`): PyYAML silently keeps the last one,
     which would hide a typo-level mistake, so load_scenario reports them.
@@ -168,7 +168,7 @@ def _check_paths(scenario: Scenario, source: SourceMap) -> list[str]:
 def load_scenario(path: str | Path) -> tuple[Scenario, SourceMap]:
     """Read and validate a scenario file; raise ScenarioError with `file:line: field: message` lines.
 
-    The file is read and composed within the bounds of scenario_yaml (size, depth, aliases, integers)
+    The file is read and composed within the bounds of yaml_loader.py (size, depth, aliases, integers)
     before anything walks it; then the line map, pydantic validation and the data-path checks.
     """
     name = str(path)

@@ -61,7 +61,7 @@ def _in_place_hook(state, bucket):  # no annotation: DDP checks it and this file
 
 
 def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Parallel:
-    if mesh is not None:  # tensor parallel over every rank (cells_tp: ddp only when gpus = tensor_parallel)
+    if mesh is not None:  # tensor parallel over every rank (scenario/tensor_parallel.py: ddp only when gpus = tensor_parallel)
         return _tensor_parallel_only(model, policy, device)
     ddp = wrap_ddp(model, policy, device)
     optimizer = make_optimizer(ddp.parameters(), policy.optimizer, device)

@@ -16,7 +16,7 @@ from suite.data import build_data
 from suite.launch.ray import checkpoint as ckpt
 from suite.models.build import build_model
 from suite.scenario import Cell
-from suite.strategies import parallelize
+from suite.worker.parallelize import parallelize
 
 
 def _steps(par, data, steps, rank_world) -> list[float]:

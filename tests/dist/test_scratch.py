@@ -102,7 +102,7 @@ def probe(strategy: str, rank: int) -> dict:
 
     from suite.data import build_data
     from suite.models.build import build_model
-    from suite.strategies import parallelize
+    from suite.worker.parallelize import parallelize
     from suite.strategies.scratch import zero2, zero3
 
     cell = make_cell(strategy=strategy, model=PROBE_MODEL, bucket_cap_mb=0.01, **A1)

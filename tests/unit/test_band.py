@@ -97,6 +97,7 @@ def test_a_curve_outside_fails_at_its_step_and_one_inside_passes():
 def test_the_report_draws_one_band_per_group_and_none_without_a_band():
     pytest.importorskip("matplotlib")
     from suite.report.bands import band_plots
+    from suite.testing.builders import make_row
 
     cs = cells()
     spec = cs[0].convergence.band.model_dump(mode="json")
@@ -104,11 +105,10 @@ def test_the_report_draws_one_band_per_group_and_none_without_a_band():
     for i, c in enumerate(cs):
         r = result(c, curve(2.0 + 0.05 * (i % 3), 1.5 + 0.02 * (i % 3)))
         assert r.cell.convergence.band.model_dump(mode="json") == spec
-        rows.append({"run": "0001", **c.axes(), "_results": [r]})
+        rows.append(make_row(results=[r]))
     (plot,) = band_plots(rows, ["strategy", "seed"])
     assert plot.name == "band_1" and plot.title == "Held-out curves against the seed band of strategy=ddp"
     assert plot.png.startswith(b"\x89PNG")
-    no_band = [{**r, "_results": [r["_results"][0].model_copy(update={"cell": r["_results"][0].cell.model_copy(
-        update={"convergence": None})})]} for r in rows]
-    plain = no_band
+    plain = [make_row(results=[r.model_copy(update={"cell": r.cell.model_copy(update={"convergence": None})})])
+             for r in (row.results[0] for row in rows)]
     assert band_plots(plain, ["strategy", "seed"]) == []

@@ -56,6 +56,6 @@ def test_report_shows_held_out_columns_only_when_evaluated():
     rows = cell_rows([run(1, 0.8)])
     keys = [c.key for c in display_columns(rows)]
     assert {"eval_loss", "accuracy_pct", "time_to_target"} <= set(keys)
-    assert rows[0]["accuracy_pct"] == 80.0 and rows[0]["time_to_target"] == "step 10: 1.5 s train, 2 s wall"
+    assert rows[0].accuracy_pct == 80.0 and rows[0].time_to_target == "step 10: 1.5 s train, 2 s wall"
     plain = [c.key for c in display_columns(cell_rows([run(1, None, evaluated=False)]))]
     assert not {"eval_loss", "accuracy_pct", "time_to_target"} & set(plain)

@@ -97,12 +97,11 @@ def test_tensor_parallel_arithmetic():
 
 def test_the_layout_pivot_answers_per_tensor_parallel_degree():
     from suite.report.pivots import pivots
+    from suite.testing.builders import make_row
 
     def row(tp, measured, tokens):
-        return {"status": "ok", "strategy": "zero3", "tensor_parallel": tp, "gpus": 4, "_created_at": "t",
-                "_states_measured_mib": measured, "_states_predicted_mib": measured * 1.01, "tokens_per_s": tokens,
-                "step_median_ms": 10.0, "memory_measured_mib": None, "memory_scope": None,
-                "_activations_measured_mib": None, "final_loss": 1.0}
+        return make_row(strategy="zero3", tensor_parallel=tp, gpus=4, created_at="t", states_measured_mib=measured,
+                        states_predicted_mib=measured * 1.01, tokens_per_s=tokens, step_median_ms=10.0, final_loss=1.0)
 
     (layout,) = [p for p in pivots([row(1, 8.0, 1000.0), row(2, 5.0, 900.0)]) if p.name == "layout"]
     assert layout.header == ["cells", "tp 1", "tp 2"]
@@ -114,7 +113,7 @@ def test_old_results_read_with_the_new_axes_and_layouts_with_none_sort():
     from suite.plan.trace import trace_key
     from suite.report.pivots import pivots
     from suite.results.schema import CellResult
-    from suite.testing.builders import make_result
+    from suite.testing.builders import make_result, make_row
 
     (cell,) = cells(strategy="zero3")
     new = make_result(cell, started_at="", finished_at="")
@@ -129,10 +128,8 @@ def test_old_results_read_with_the_new_axes_and_layouts_with_none_sort():
     assert trace_key(tp) != trace_key(no_tp)  # a tp cell never reuses the trace of its tp = 1 twin
 
     def row(strategy, shard):
-        return {"status": "ok", "strategy": strategy, "shard_size": shard, "_created_at": "t", "tokens_per_s": 1.0,
-                "_states_measured_mib": 1.0, "_states_predicted_mib": 1.0, "step_median_ms": 1.0,
-                "memory_measured_mib": None, "memory_scope": None, "_activations_measured_mib": None,
-                "final_loss": 1.0}
+        return make_row(strategy=strategy, shard_size=shard, created_at="t", tokens_per_s=1.0, states_measured_mib=1.0,
+                        states_predicted_mib=1.0, step_median_ms=1.0, final_loss=1.0)
 
     (layout,) = [p for p in pivots([row("zero3", None), row("hsdp", 2)]) if p.name == "layout"]
     assert layout.header == ["cells", "shard -", "shard 2"]  # zero3's None sorts first, without a TypeError

@@ -25,11 +25,11 @@ def test_a_ray_cell_beside_its_torchrun_twin():
     (pivot,) = launch_cost_pivot(rows)
     body = {(line[0], line[1]): dict(zip(pivot.header, line)) for line in pivot.rows}
     assert sorted(launcher for _, launcher in body) == ["ray", "ray", "torchrun", "torchrun"]
-    results = {(r.cell_id, r.launcher): r for row in rows for r in row["_results"]}
+    results = {(r.cell_id, r.launcher): r for row in rows for r in row.results}
     by_axes = {}
     for row in rows:
-        for r in row["_results"]:
-            by_axes.setdefault(row["strategy"], {})[r.launcher] = r
+        for r in row.results:
+            by_axes.setdefault(row.get("strategy"), {})[r.launcher] = r
     for strategy, pair in by_axes.items():
         ray, torchrun = pair["ray"], pair["torchrun"]
         line = body[(f"{ray.cell_id}-r0", "ray")]

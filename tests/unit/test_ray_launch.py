@@ -108,14 +108,14 @@ def _record(rank: int, status: str = "ok") -> RankRecord:
 
 
 @pytest.fixture
-def ray_report():
+def rank_files():
     return pytest.importorskip("suite.launch.ray.rank_files", reason="the ray extra is not installed")
 
 
-def test_reporter_writes_events_records_and_restarts(tmp_path, ray_report):
+def test_reporter_writes_events_records_and_restarts(tmp_path, rank_files):
     from suite.launch.ray.events import RankFailed
 
-    rep = ray_report.Reporter(str(tmp_path))
+    rep = rank_files.Reporter(str(tmp_path))
     start = [{"suite_event": "start", "node_id": f"n{r}", "pid": 100 + r, "t": 1.0} for r in range(2)]
     rep.after_report(None, start, None)
     failed = RankFailed(_record(1, "failed").model_dump_json(), "rank 1 failed: boom")
@@ -131,7 +131,7 @@ def test_reporter_writes_events_records_and_restarts(tmp_path, ray_report):
     assert [r.status for r in records] == ["ok", "ok"] and [r.extra["restarts"] for r in records] == [1, 1]
     events = [json.loads(line) for line in (tmp_path / "ray_events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events] == ["group_start", "worker_failure", "group_start", "checkpoint", "done"]
-    facts = ray_report.from_events(tmp_path, fit_started=0.5, fit_returned=7.0)
+    facts = rank_files.from_events(tmp_path, fit_started=0.5, fit_returned=7.0)
     assert facts["attempts"] == 2 and facts["restarts"] == 1 and len(facts["worker_failures"]) == 1
     assert facts["worker_group_setup_s"] == pytest.approx(0.5) and facts["teardown_s"] == pytest.approx(2.0)
     assert facts["groups"][0][1]["pid"] == 101

@@ -79,7 +79,7 @@ def test_a_driver_that_cannot_connect_is_an_error_naming_its_log(tmp_path):
 
 def test_files_channel_start_files_group_by_attempt(tmp_path):
     pytest.importorskip("ray")
-    from suite.launch.ray import rank_files as ray_report
+    from suite.launch.ray import rank_files
     from suite.launch.ray.rank_files import note_start
 
     (tmp_path / "cell.json").write_text("{}")
@@ -87,9 +87,9 @@ def test_files_channel_start_files_group_by_attempt(tmp_path):
     assert [note_start(tmp_path, r, {**facts, "pid": 10 + r}, 2.0 + r) for r in (1, 0)] == [0, 0]
     assert note_start(tmp_path, 0, {**facts, "pid": 20}, 9.0) == 1  # the restarted group's rank 0 ...
     assert note_start(tmp_path, 1, {**facts, "pid": 21}, 9.5) == 1
-    groups = ray_report.group_starts(ray_report.read_events(tmp_path))
+    groups = rank_files.group_starts(rank_files.read_events(tmp_path))
     assert [[r["pid"] for r in g] for g in groups] == [[10, 11], [20, 21]]
-    got = ray_report.from_events(tmp_path, fit_started=1.0, fit_returned=None)
+    got = rank_files.from_events(tmp_path, fit_started=1.0, fit_returned=None)
     assert got["attempts"] == 2 and got["restarts"] == 1 and got["worker_group_setup_s"] == pytest.approx(1.0)
 
 

@@ -32,20 +32,20 @@ def test_one_row_per_cell_with_repeats_folded(tmp_path):
     results = [make_result(cells[0], repeat=k, seed=k, step_time_s=0.1 + 0.01 * k) for k in range(3)]
     results += [make_result(cells[1]), make_result(cells[1], repeat=1, status="oom")]
     rows = cell_rows(load_runs([write_run(tmp_path, make_manifest(), results)]))
-    assert [r["strategy"] for r in rows] == ["ddp", "zero3"]
+    assert [r.get("strategy") for r in rows] == ["ddp", "zero3"]
     ddp, zero3 = rows
-    assert ddp["repeats"] == 3 and len(ddp["_step_times_s"]) == 75  # 3 repeats x 25 steps, pooled
-    assert ddp["status"] == "ok" and zero3["status"] == "oom"  # a flaky repeat shows
-    assert 100 < ddp["step_median_ms"] < 120
-    assert ddp["memory_scope"] == "peak (cuda)" and ddp["memory_ratio"] == pytest.approx(
-        ddp["memory_measured_mib"] / ddp["memory_predicted_mib"])
+    assert ddp.repeats == 3 and len(ddp.step_times_s) == 75  # 3 repeats x 25 steps, pooled
+    assert ddp.status == "ok" and zero3.status == "oom"  # a flaky repeat shows
+    assert 100 < ddp.step_median_ms < 120
+    assert ddp.memory_scope == "peak (cuda)" and ddp.memory_ratio == pytest.approx(
+        ddp.memory_measured_mib / ddp.memory_predicted_mib)
 
 
 def test_cpu_rows_compare_states_with_states(tmp_path):
     cell = make_cells()[0]
     rows = cell_rows(load_runs([write_run(tmp_path, make_manifest(), [make_result(cell, memory="states")])]))
-    assert rows[0]["memory_scope"] == "states"
-    assert rows[0]["memory_ratio"] == pytest.approx(1.05)  # measured states = predicted states x 1.05
+    assert rows[0].memory_scope == "states"
+    assert rows[0].memory_ratio == pytest.approx(1.05)  # measured states = predicted states x 1.05
 
 
 def test_pivots_only_for_axes_present(tmp_path):

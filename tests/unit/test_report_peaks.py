@@ -54,25 +54,25 @@ def run(tmp_path):
 
 
 def _textbook_mib(rows, strategy):
-    row = next(r for r in rows if r["strategy"] == strategy)
-    return row["_results"][0].prediction["memory_bytes"]["total"] / MiB
+    row = next(r for r in rows if r.get("strategy") == strategy)
+    return row.results[0].prediction["memory_bytes"]["total"] / MiB
 
 
 def test_rows_numbers_ratios_and_sources(run):
     rows = cell_rows(load_runs([run]))
-    prows = {p["strategy"]: p for p in peaks.peak_rows(rows)}
+    prows = {p.get("strategy"): p for p in peaks.peak_rows(rows)}
     assert list(prows) == ["ddp", "zero1", "zero2"]  # zero3 has no measured peak
     ddp, zero1, zero2 = prows["ddp"], prows["zero1"], prows["zero2"]
-    assert ddp["measured_mib"] == pytest.approx(110.0) and ddp["measured_source"] == "cuda allocated"  # max of repeats
-    assert ddp["as_implemented_mib"] == pytest.approx(80.0) and ddp["traced_mib"] == pytest.approx(100.0)
-    assert ddp["ratio_as_implemented"] == pytest.approx(110 / 80) and ddp["ratio_traced"] == pytest.approx(1.10)
-    assert ddp["ratio_textbook"] == pytest.approx(110 / _textbook_mib(rows, "ddp"))
-    assert ddp["trace_status"] == "traced" and "flash_attention" in ddp["trace_notes"]
-    assert zero1["measured_source"] == "tracker" and zero1["measured_mib"] == pytest.approx(50.0)
-    assert zero1["trace_status"] == "untraced" and zero1["trace_error"] == ERROR and zero1["traced_mib"] is None
-    assert zero1["ratio_as_implemented"] == pytest.approx(1.25) and zero1["ratio_traced"] is None
-    assert zero2["ratio_textbook"] == pytest.approx(30 / _textbook_mib(rows, "zero2"))
-    assert zero2["as_implemented_mib"] is None and zero2["traced_mib"] is None and zero2["trace_status"] is None
+    assert ddp.measured_mib == pytest.approx(110.0) and ddp.measured_source == "cuda allocated"  # max of repeats
+    assert ddp.as_implemented_mib == pytest.approx(80.0) and ddp.traced_mib == pytest.approx(100.0)
+    assert ddp.ratio_as_implemented == pytest.approx(110 / 80) and ddp.ratio_traced == pytest.approx(1.10)
+    assert ddp.ratio_textbook == pytest.approx(110 / _textbook_mib(rows, "ddp"))
+    assert ddp.trace_status == "traced" and "flash_attention" in ddp.trace_notes
+    assert zero1.measured_source == "tracker" and zero1.measured_mib == pytest.approx(50.0)
+    assert zero1.trace_status == "untraced" and zero1.trace_error == ERROR and zero1.traced_mib is None
+    assert zero1.ratio_as_implemented == pytest.approx(1.25) and zero1.ratio_traced is None
+    assert zero2.ratio_textbook == pytest.approx(30 / _textbook_mib(rows, "zero2"))
+    assert zero2.as_implemented_mib is None and zero2.traced_mib is None and zero2.trace_status is None
 
 
 def test_section_table_and_footnotes(run):

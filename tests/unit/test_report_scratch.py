@@ -25,7 +25,7 @@ def test_shipped_scenario_rows_pair_each_scratch_strategy_with_its_native_twin(t
     random.Random(0).shuffle(cells)  # the order of the stored files must not matter
     runs = load_runs([write_run(tmp_path, make_manifest("scratch-vs-native"), [make_result(c) for c in cells])])
     rows = cell_rows(runs)
-    assert [r["strategy"] for r in rows] == PAIRED
+    assert [r.get("strategy") for r in rows] == PAIRED
     md = report_markdown(runs, rows, pivots(rows), [])
     table = [line for line in md.split("## Cells", 1)[1].splitlines() if "| ok |" in line]
     assert [line.split("|")[2].strip() for line in table] == PAIRED  # column 1 is the cell id, 2 the strategy
@@ -35,7 +35,7 @@ def test_order_holds_within_every_configuration(tmp_path):
     cells = make_cells(strategy=["zero3", "scratch-zero1", "ddp", "scratch-dp", "zero1"], gpus=[2, 4])
     rows = cell_rows(load_runs([write_run(tmp_path, make_manifest(), [make_result(c) for c in cells])]))
     # strategy is an earlier axis than gpus, so each strategy's GPU counts stay together
-    assert [(r["strategy"], r["gpus"]) for r in rows] == [
+    assert [(r.get("strategy"), r.get("gpus")) for r in rows] == [
         (s, g) for s in ["ddp", "scratch-dp", "zero1", "scratch-zero1", "zero3"] for g in (2, 4)]
 
 
@@ -55,11 +55,11 @@ def test_scratch_pivot_pairs_step_time_memory_and_loss(tmp_path):
     overlap, z3 = by_label["scratch-dp-overlap vs ddp, gpus=2"], by_label["scratch-zero3 vs zero3, gpus=4"]
     assert overlap[1] == "100.00 / 150.00" and overlap[2] == "x1.50"
     assert z3[1] == "100.00 / 200.00" and z3[2] == "x2.00"
-    row = {(r["strategy"], r["gpus"]): r for r in rows}
+    row = {(r.get("strategy"), r.get("gpus")): r for r in rows}
     native, mine = row[("zero3", 4)], row[("scratch-zero3", 4)]
-    assert z3[3] == f"{native['memory_measured_mib']:,.1f} / {mine['memory_measured_mib']:,.1f} (states)"
-    assert mine["memory_measured_mib"] / native["memory_measured_mib"] == pytest.approx(1.10 / 1.05, rel=1e-5)  # integer bytes
-    diff = mine["final_loss"] - native["final_loss"]
+    assert z3[3] == f"{native.memory_measured_mib:,.1f} / {mine.memory_measured_mib:,.1f} (states)"
+    assert mine.memory_measured_mib / native.memory_measured_mib == pytest.approx(1.10 / 1.05, rel=1e-5)  # integer bytes
+    diff = mine.final_loss - native.final_loss
     assert 5e-4 < diff < 2e-3 and z3[4] == f"{diff:+.2e}"  # the planted 1e-3 shift of the curve's floor
     assert abs(float(overlap[4])) < 1e-5  # same curve up to the fixture's 1e-6 noise
 

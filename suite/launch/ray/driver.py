@@ -52,8 +52,7 @@ from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Sc
 from ray.train.torch import TorchConfig, TorchTrainer  # noqa: E402
 
 from suite.device import resolve_device as device_kind  # noqa: E402
-from suite.launch.ray import checkpoint as ray_checkpoint, train_fn as ray_entry  # noqa: E402
-from suite.launch.ray import rank_files as ray_report  # noqa: E402
+from suite.launch.ray import checkpoint as ckpt, rank_files, train_fn  # noqa: E402
 from suite.launch.ray.session import ANSWER  # noqa: E402
 from suite.results.store import write_atomic  # noqa: E402
 from suite.scenario import Cell  # noqa: E402
@@ -114,8 +113,8 @@ def restore_best(cell: Cell, checkpoint: Checkpoint) -> dict:
     t0 = time.perf_counter()
     with checkpoint.as_directory() as folder:
         model = build_model(cell.model, cell.seed)
-        model.load_state_dict(ray_checkpoint.load_model_state(Path(folder)), strict=True)
-        meta = ray_checkpoint.read_meta(Path(folder))
+        model.load_state_dict(ckpt.load_model_state(Path(folder)), strict=True)
+        meta = ckpt.read_meta(Path(folder))
     out = {"path": checkpoint.path, "step": meta.step, "loss": meta.losses[-1] if meta.losses else None,
            "restored": True, "restore_s": time.perf_counter() - t0,
            "parameters": sum(p.numel() for p in model.parameters())}
@@ -167,10 +166,10 @@ def run_job(cell_json: str, workdir_arg: str, worker_module: str, env: dict[str,
         env = {k: merged[k] for k in WORKER_ENV if k in merged}
         every = settings.checkpoint_every_steps if settings else None
         if every:
-            ray_checkpoint.check_supported(cell.strategy, cell.tensor_parallel)
+            ckpt.check_supported(cell.strategy, cell.tensor_parallel)
         storage = Path(settings.storage_path).resolve() if settings and settings.storage_path else workdir / "ray"
         trainer = TorchTrainer(
-            ray_entry.train_func,
+            train_fn.train_func,
             train_loop_config={"cell": cell.model_copy(update={"device": device}).model_dump_json(),
                                "workdir": str(workdir), "worker_module": worker_module,
                                "checkpoint_every_steps": every, "cwd": os.getcwd(), "env": env,
@@ -180,7 +179,7 @@ def run_job(cell_json: str, workdir_arg: str, worker_module: str, env: dict[str,
             torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo", timeout_s=cell.timeout_s),
             run_config=RunConfig(
                 name=f"{cell.id}-{workdir.name}", storage_path=str(storage),
-                callbacks=[ray_report.Reporter(str(workdir))],
+                callbacks=[rank_files.Reporter(str(workdir))],
                 checkpoint_config=CheckpointConfig(
                     num_to_keep=settings.num_to_keep if settings else None,
                     checkpoint_score_attribute=settings.checkpoint_score_attribute if settings else None,
@@ -204,7 +203,7 @@ def run_job(cell_json: str, workdir_arg: str, worker_module: str, env: dict[str,
         print(traceback.format_exc(), file=sys.stderr, flush=True)
         code = 1
     try:
-        facts.update(ray_report.from_events(workdir, facts.get("fit_started_t"), facts.get("fit_returned_t")))
+        facts.update(rank_files.from_events(workdir, facts.get("fit_started_t"), facts.get("fit_returned_t")))
     except (OSError, ValueError, KeyError) as exc:  # a damaged event file: the cell's facts say so, the driver goes on
         facts["events_error"] = f"{type(exc).__name__}: {exc}"
     facts.update(exit_code=code, job_s=time.time() - t_job, answered_t=time.time())

@@ -4,7 +4,7 @@
                an existing cluster; otherwise suite starts a private one on this machine at the first ray
                cell - `nodes` Ray nodes on loopback (suite/launch/ray/cluster.py) - reuses it for every later
                cell, and stops it when the run's process exits.
-    driver     one `ray_driver --serve` process per run (suite/launch/ray/session.py), started and connected
+    driver     one `suite.launch.ray.driver --serve` process per run (suite/launch/ray/session.py), started and connected
                at the first ray cell and given every later one as a job: TorchTrainer.fit with the cell's
                ScalingConfig / CheckpointConfig / FailureConfig.  A job is supervised like torchrun
                (suite/launch/supervise.py): polled, stopped at timeout_s or on Ctrl-C by stopping the driver
@@ -22,7 +22,7 @@ order: waiting for nodes (wait_nodes_s), Ray's worker-group start up to the trai
 (worker_group_setup_s: controller and worker actors, their imports, the process group), suite's setup and
 training (the runner's `setup` / `train`; checkpoints apart in `checkpoint_s`), Ray's shutdown of the group
 (teardown_s: the last rank's return to fit() returning), restoring the best checkpoint, and the answer's way
-back to the runner.  `phases` lists them under one set of names (ray_session.phases), and the report
+back to the runner.  `phases` lists them under one set of names (session.phases), and the report
 shows them beside the torchrun cell of the same work.
 
 The same call as every launcher: run_cell(request, *, stop, on_poll, grace_s).  Ray's dashboard and usage
@@ -45,7 +45,7 @@ from suite.launch.ray.session import Driver, Interrupted, phases, read_json
 from suite.launch.supervise import GRACE_S, outcome_error, supervise
 
 _LOCAL: LocalCluster | None = None  # the private cluster of this process's run, if suite started one
-_DRIVER: Driver | None = None  # the run's driver process (ray_session.Driver)
+_DRIVER: Driver | None = None  # the run's driver process (session.Driver)
 _LOCAL_LOCK = threading.Lock()
 
 

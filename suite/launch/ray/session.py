@@ -56,7 +56,7 @@ def read_json(path: Path) -> dict:
 
 
 class Driver:
-    """One `ray_driver --serve` process: its own session and process group (stopping it signals only that
+    """One `suite.launch.ray.driver --serve` process: its own session and process group (stopping it signals only that
     group, never the run's Ray cluster), tied to this process's life (lifeline)."""
 
     def __init__(self, address: str, env: dict[str, str], log_dir: Path, module: str = DRIVER):

@@ -143,7 +143,7 @@ def train_func(config: dict) -> None:
     import ray.train
 
     from suite.scenario import Cell
-    from suite.launch.ray import rank_files as ray_report
+    from suite.launch.ray import rank_files
 
     t_enter = time.time()
     if os.path.isdir(config.get("cwd") or ""):
@@ -158,7 +158,7 @@ def train_func(config: dict) -> None:
     facts = node_facts()
     files = shared_workdir(workdir, config)
     rank = int(os.environ.get("RANK", "0"))
-    attempt = ray_report.note_start(workdir, rank, facts, t_enter) if files else None
+    attempt = rank_files.note_start(workdir, rank, facts, t_enter) if files else None
     if not files:
         ray.train.report({"suite_event": START, "t": t_enter, **facts})
     checkpoint = ray.train.get_checkpoint()
@@ -181,6 +181,6 @@ def train_func(config: dict) -> None:
         lines = (record.error or record.status).strip().splitlines() or [record.status]
         raise RankFailed(record.model_dump_json(), f"rank {record.rank} {record.status}: {lines[-1]}")
     if files:
-        ray_report.write_record(workdir, record)
+        rank_files.write_record(workdir, record)
     else:
         ray.train.report({"suite_event": DONE, "record": record.model_dump_json(), "t": time.time()})

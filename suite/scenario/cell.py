@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field, create_model
 
 from suite.axes import AXES, LATER_AXES
 from suite.models.own import AnyShape, HfShape, ModelShape, PythonShape
-from suite.scenario.convergence import Convergence
-from suite.scenario.data import Data, Eval
-from suite.scenario.experiment import Checkpointing, Optimizer, Precision, RaySettings
+from suite.scenario.experiment import Checkpointing, Precision, Scenario
 
 # Settings that do not change what a cell computes: left out of its id.
 # `ray` (checkpointing, retries, placement) changes how a ray cell is run, not what it computes; the launcher
@@ -29,8 +27,20 @@ from suite.scenario.experiment import Checkpointing, Optimizer, Precision, RaySe
 _NOT_IN_ID = {"id", "scenario", "timeout_s", "gpu_memory_gb", "convergence", "repeats", "ray", "trace_memory", "eval"}
 
 
-class Cell(BaseModel):
-    """One fully resolved point of a scenario's matrix: what one launch of the worker trains."""
+# The settings a cell carries exactly as its scenario states them.  Their type, bounds, default and meaning are
+# written once, on Scenario (experiment.py); the cell takes each of those fields as it is.
+SHARED = ("steps", "warmup_steps", "optimizer", "data", "launcher", "device", "bucket_cap_mb", "measure_peaks",
+          "trace_memory", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats", "convergence",
+          "eval", "ray")
+_Settings = create_model("_Settings", __config__=ConfigDict(extra="forbid", frozen=True), __module__=__name__,
+                         **{name: (Scenario.model_fields[name].annotation, Scenario.model_fields[name])
+                            for name in SHARED})
+
+
+class Cell(_Settings):
+    """One fully resolved point of a scenario's matrix: what one launch of the worker trains.  Besides the
+    SHARED settings (declared on Scenario), a cell has one value per axis, its id, its scenario's name and the
+    gradient accumulation its batch sizes imply."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -50,24 +60,7 @@ class Cell(BaseModel):
     micro_batch_size: int
     global_batch_size: int
     grad_accum: int = Field(description="Micro-batches per rank per optimizer step.")
-    steps: int
-    warmup_steps: int
     seed: int
-    optimizer: Optimizer
-    data: Data
-    launcher: Literal["torchrun", "ray"]
-    device: Literal["auto", "cuda", "cpu"]
-    bucket_cap_mb: float
-    measure_peaks: bool
-    trace_memory: bool = Field(False, description="Trace the per-rank peak before running (scenario field).")
-    compile: bool
-    threads_per_rank: int
-    timeout_s: int
-    gpu_memory_gb: float | None
-    repeats: int
-    convergence: Convergence | None
-    eval: Eval | None = Field(None, description="Held-out evaluation (scenario field); see scenario/data.Eval.")
-    ray: RaySettings | None = Field(None, description="Ray Train options (launcher: ray); see RaySettings.")
 
     def settings(self) -> dict[str, Any]:
         """The resolved settings that define the cell (what its id hashes)."""

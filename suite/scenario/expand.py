@@ -12,7 +12,7 @@ from typing import Any
 from suite.axes import AXES
 from suite.models.own import fixed_seq_len
 from suite.models.presets import GptShape, resolve
-from suite.scenario.cell import Cell, cell_id, model_label
+from suite.scenario.cell import SHARED, Cell, cell_id, model_label
 from suite.scenario.experiment import Scenario
 from suite.scenario.references import check_band, check_gate_references, check_match, describe as _describe
 from suite.scenario.source import SourceMap, load_scenario
@@ -102,10 +102,7 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
     problems: list[str] = check_match(scenario, src) + check_band(scenario, src)
     shared = {
         "scenario": scenario.name,
-        **{k: getattr(scenario, k) for k in (
-            "steps", "warmup_steps", "optimizer", "data", "launcher", "device", "bucket_cap_mb",
-            "measure_peaks", "trace_memory", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats",
-            "convergence", "eval", "ray")},
+        **{k: getattr(scenario, k) for k in SHARED},
     }
     cells: list[Cell] = []
     seen: set[str] = set()

@@ -1,6 +1,6 @@
 """Data parallelism and ZeRO written by hand from collectives, to run beside (and be checked against) torch's.
 
-Each file is one strategy, readable top to bottom, an `apply(model, cell, device) -> Parallel` like the
+Each file is one strategy, readable top to bottom, an `apply(model, mesh, policy, device) -> Parallel` like the
 native ones in suite/strategies/:
 
     dp.py           scratch-dp            all-reduce every gradient after backward (the naive version)

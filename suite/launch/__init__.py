@@ -27,6 +27,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 DEFAULT_WORKER = "suite.worker"
+# The module whose `run_cell` runs each launcher's cells (imported on first use: Ray and the docker SDK are
+# optional extras).  A launcher not listed here lives in suite/launch/<name>.py.
+LAUNCHERS = {"torchrun": "suite.launch.torchrun", "container": "suite.launch.container",
+             "ray": "suite.launch.ray.launcher"}
 
 
 @dataclass(frozen=True)
@@ -80,9 +84,10 @@ def launch(request: LaunchRequest, *, stop: threading.Event,
            on_poll: Callable[[], None] | None = None) -> LaunchResult:
     """Run one cell with the launcher its request names."""
     name = request.launcher
+    where = LAUNCHERS.get(name, f"suite.launch.{name}")
     try:
-        module = importlib.import_module(f"suite.launch.{name}")
+        module = importlib.import_module(where)
     except ModuleNotFoundError as exc:
         return LaunchResult(launcher=name, returncode=None,
-                            error=f"launcher {name!r} is not available ({exc}); is suite/launch/{name}.py installed?")
+                            error=f"launcher {name!r} is not available ({exc}); is {where} installed?")
     return module.run_cell(request, stop=stop, on_poll=on_poll)

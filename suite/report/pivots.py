@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from suite.axes import AXES, AXIS_HEADERS, rank as axis_rank, varying_axes
-from suite.strategies import registry
 from suite.report.tables import CellRow
+from suite.strategies import registry
 
 MEASURED = ("ok", "gate-failed")
 

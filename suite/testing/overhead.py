@@ -16,7 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from suite.testing.spawn import ROOT, make_cell, worker_env
+from suite.testing.builders import make_cell
+
+from suite.testing.spawn import ROOT, worker_env
 
 
 def probe_cell():

@@ -1,4 +1,4 @@
-"""Helpers for multi-rank worker tests: build cells, launch them with torchrun or as one spawned group.
+"""Helpers for multi-rank worker tests: launch cells (builders.make_cell) with torchrun or as one spawned group.
 
 Each launch of fresh processes costs ~10 s here (every rank imports torch), so most 2-rank checks run in one
 *group*: 2 processes started once (RANK/WORLD_SIZE/MASTER_ADDR set as torchrun would) that call
@@ -17,18 +17,9 @@ import sys
 from pathlib import Path
 
 from suite.results.schema import RankRecord
-from suite.scenario import Cell, Scenario, expand
+from suite.scenario import Cell
 
 ROOT = Path(__file__).resolve().parents[2]
-
-BASE = dict(name="dist-test", model="gpt-tiny", seq_len=32, steps=6, warmup_steps=1, device="cpu",
-            micro_batch_size=2, global_batch_size=4, gpus=2, optimizer={"lr": 5e-3})
-
-
-def make_cell(**overrides) -> Cell:
-    """One cell from BASE plus overrides (any Scenario field, single values only)."""
-    (cell,) = expand(Scenario(**{**BASE, **overrides}))
-    return cell
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:

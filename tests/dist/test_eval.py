@@ -13,7 +13,9 @@ import json
 
 import pytest
 
-from suite.testing.spawn import make_cell, run_group
+from suite.testing.builders import make_cell
+
+from suite.testing.spawn import run_group
 from suite.worker.main import run_worker
 
 TINY_VIT = {"family": "vit", "image_size": 16, "patch_size": 4, "layers": 2, "heads": 4, "hidden": 64, "mlp": 128}

@@ -20,7 +20,8 @@ import pytest
 
 from suite.gates.loss import match_gate
 from suite.scenario.convergence import GRAD_RTOL, MatchGate
-from suite.testing.spawn import make_cell, run_group
+from suite.testing.builders import make_cell
+from suite.testing.spawn import run_group
 
 pytestmark = pytest.mark.slow
 

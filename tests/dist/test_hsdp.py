@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 
 from suite.plan import predict
-from suite.testing.spawn import make_cell, run_group
+from suite.testing.builders import make_cell
+from suite.testing.spawn import run_group
 from suite.worker.main import run_worker
 
 HSDP = dict(strategy="hsdp", gpus=4, shard_size=2, micro_batch_size=1)

@@ -17,7 +17,8 @@ import pytest
 
 from suite.plan import predict
 from suite.plan.trace import trace_cell
-from suite.testing.spawn import make_cell, run_group
+from suite.testing.builders import make_cell
+from suite.testing.spawn import run_group
 from suite.worker.main import run_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

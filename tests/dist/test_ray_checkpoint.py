@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from suite.testing.spawn import ROOT, free_ports, make_cell, worker_env
+from suite.testing.builders import make_cell
+
+from suite.testing.spawn import ROOT, free_ports, worker_env
 
 pytestmark = pytest.mark.slow
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "scratch-dp")

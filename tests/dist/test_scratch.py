@@ -20,7 +20,9 @@ from unittest import mock
 
 import pytest
 
-from suite.testing.spawn import ROOT, free_ports, make_cell, read_records, worker_env
+from suite.testing.builders import make_cell
+
+from suite.testing.spawn import ROOT, free_ports, read_records, worker_env
 
 SCRATCH = ["scratch-dp", "scratch-dp-overlap", "scratch-dp-bucketed", "scratch-zero1", "scratch-zero2", "scratch-zero3"]
 TWIN = {"scratch-dp": "ddp", "scratch-dp-overlap": "ddp", "scratch-dp-bucketed": "ddp",

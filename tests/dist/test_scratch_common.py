@@ -10,7 +10,7 @@ from torch import nn
 from suite.plan import predict
 from suite.strategies import get_strategy, registry
 from suite.strategies.scratch.common import FlatLayout, SyncSwitch, buckets_by_size, storage_bytes
-from suite.testing.spawn import make_cell
+from suite.testing.builders import make_cell
 
 TWINS = {"scratch-dp": "ddp", "scratch-dp-overlap": "ddp", "scratch-dp-bucketed": "ddp",
          "scratch-zero1": "zero1", "scratch-zero2": "zero2", "scratch-zero3": "zero3"}

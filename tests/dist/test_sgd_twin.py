@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from suite.testing.spawn import make_cell, run_group
+from suite.testing.builders import make_cell
+
+from suite.testing.spawn import run_group
 
 pytestmark = pytest.mark.slow
 

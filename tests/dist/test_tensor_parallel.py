@@ -11,7 +11,8 @@ import pytest
 
 from suite.plan import predict
 from suite.plan.implemented import unsharded_bytes
-from suite.testing.spawn import make_cell, run_group
+from suite.testing.builders import make_cell
+from suite.testing.spawn import run_group
 from suite.worker.main import run_worker
 
 TP = dict(model="llama-tiny", tensor_parallel=2, micro_batch_size=1)

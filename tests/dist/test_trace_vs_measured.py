@@ -21,7 +21,8 @@ import pytest
 
 from suite.plan.trace import trace_cell
 from suite.strategies import registry
-from suite.testing.spawn import make_cell, run_group
+from suite.testing.builders import make_cell
+from suite.testing.spawn import run_group
 
 TOLERANCE = 0.05
 KNOWN_GAP = {"scratch-zero2": (0.87, 0.91)}

@@ -12,13 +12,14 @@ import math
 import pytest
 
 from suite.plan import predict
-from suite.testing.spawn import make_cell, read_records, run_group, torchrun_cell
+from suite.testing.builders import make_cell
+from suite.testing.spawn import read_records, run_group, torchrun_cell
 from suite.worker.main import run_worker
 
 TINY_VIT = {"family": "vit", "image_size": 16, "patch_size": 4, "layers": 2, "heads": 4, "hidden": 64, "mlp": 128}
 NO_SEQ = {"seq_len": None}
 
-# name -> overrides of spawn.BASE (gpt-tiny, seq 32, micro-batch 2, global batch 4 = no accumulation at 2 ranks)
+# name -> overrides of builders.BASE (gpt-tiny, seq 32, micro-batch 2, global batch 4 = no accumulation at 2 ranks)
 A2 = {"global_batch_size": 8}  # 2 micro-batches per rank per step
 GROUP = {
     "ddp-none": dict(strategy="ddp", measure_peaks=True),

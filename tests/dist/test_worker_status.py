@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from suite.results.schema import RankRecord
-from suite.testing.spawn import make_cell
+from suite.testing.builders import make_cell
 from suite.worker import __main__ as entry
 from suite.worker.faults import Faults, parse
 

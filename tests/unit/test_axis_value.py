@@ -44,11 +44,11 @@ EDITS = {
 PROBE = r'''
 import json
 from suite import axes
+from suite.models.build import build_model
 from suite.plan import predict
 from suite.results.schema import Axes, CellResult
 from suite.scenario import Scenario, expand
 from suite.techniques.checkpointing import apply_checkpointing
-from suite.models.build import build_model
 
 scenario = Scenario(name="t", model="gpt-tiny", seq_len=32, activation_checkpointing=["none", "every-other"],
                     gpus=2, micro_batch_size=2, global_batch_size=4, device="cpu")

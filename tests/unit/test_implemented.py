@@ -14,7 +14,7 @@ from suite.plan.implemented import static_bytes
 from suite.plan.memory import shard_world
 from suite.plan.trace import trace_cell
 from suite.strategies import registry
-from suite.testing.spawn import make_cell
+from suite.testing.builders import make_cell
 
 # wide enough that padding is small, small enough to trace in about a second
 SHAPE = {"family": "gpt", "layers": 2, "hidden": 256, "heads": 4, "vocab": 512, "max_seq_len": 64}

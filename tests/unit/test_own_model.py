@@ -20,7 +20,8 @@ from suite.models.own import HfShape, PythonShape, read_config
 from suite.plan import predict
 from suite.scenario import expand, Scenario, ScenarioError
 from suite.scenario.source import load_scenario
-from suite.testing.spawn import ROOT, make_cell
+from suite.testing.builders import make_cell
+from suite.testing.spawn import ROOT
 
 LLAMA = "scenarios/models/llama-tiny-hf.json"
 QWEN2 = "scenarios/models/qwen2-tiny.json"

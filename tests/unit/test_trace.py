@@ -14,7 +14,7 @@ from suite.plan.search import max_micro_batch
 from suite.plan.trace import TraceCache, TraceError, check_traceable, trace_cell, trace_key
 from suite.plan.trace_record import Trace, TraceFailure
 from suite.strategies import registry
-from suite.testing.spawn import make_cell
+from suite.testing.builders import make_cell
 
 TINY = dict(model="gpt-tiny", seq_len=32, micro_batch_size=2, global_batch_size=4, gpus=2)
 

@@ -121,8 +121,8 @@ _DRIVER = """
 import json, sys
 from pathlib import Path
 import ray
-from suite.scenario import load_cells
 from suite.launch.ray import bare as ray_bare
+from suite.scenario import load_cells
 ray.init(address=sys.argv[1], logging_level="WARNING", log_to_driver=False)
 (cell,) = [c for c in load_cells(sys.argv[2])[1] if c.id == sys.argv[3]]
 for _ in range(int(sys.argv[5])):

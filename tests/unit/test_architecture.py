@@ -165,6 +165,9 @@ def imports_tests(text: str) -> bool:
 def test_nothing_in_suite_or_scripts_imports_the_tests():
     files = [*SUITE.rglob("*.py"), *(p for p in (ROOT / "scripts").iterdir() if p.is_file())]
     assert [str(p.relative_to(ROOT)) for p in files if imports_tests(p.read_text(errors="replace"))] == []
+    # scripts do not even name a test file's path: what they need lives in suite/testing/
+    scripts = [p for p in (ROOT / "scripts").iterdir() if p.is_file()]
+    assert [p.name for p in scripts if re.search(r"tests/(dist|unit|e2e)/", p.read_text(errors="replace"))] == []
     assert imports_tests("from tests.dist.spawn import make_cell") and imports_tests("import tests.unit")
     assert imports_tests('spec_from_file_location("m", root / "tests/dist/bare.py")')
     assert not imports_tests("# tests/unit/test_x.py checks this\nx = 1")

@@ -38,8 +38,8 @@ class Axis:
 
     name: str  # the scenario key, the cell's field, the results' `axes` key
     header: str  # the short column header tables use
-    stored: Any  # the type of its value in a stored result's `axes` (results/schema.Axes)
     doc: str  # what the value means, in a few words
+    stored: Any = str  # the type of an open axis's value in a stored result's `axes` (results/schema.Axes)
     values: tuple[Any, ...] | None = None  # the allowed values when the set is closed
     sorted_by_table: bool = False  # tables and pivots list the values in `values` order, not alphabetically
     # Axes added after results were first stored: the value every older cell had.  At that value the axis is
@@ -48,26 +48,30 @@ class Axis:
     older_default: Any = _UNSET
 
     @property
+    def value_type(self) -> Any:
+        """The type of one value: a Literal of the closed set, else `stored`."""
+        return Literal[self.values] if self.values is not None else self.stored
+
+    @property
     def added_later(self) -> bool:
         """Whether results older than this axis exist (they read with `older_default`)."""
         return self.older_default is not _UNSET
 
 
 TABLE: tuple[Axis, ...] = (
-    Axis("model", "model", str, "the preset name, or the label of an inline shape / own model"),
-    Axis("seq_len", "seq", int | None, "tokens per sample (vit: patches + class token)"),
-    Axis("strategy", "strategy", str, "a registered strategy's name (suite/strategies/registry.py)"),
-    Axis("activation_checkpointing", "ckpt", Literal[CHECKPOINTING], "what backward recomputes", CHECKPOINTING,
-         sorted_by_table=True),
-    Axis("precision", "precision", Literal[PRECISIONS], "parameters, compute and gradients", PRECISIONS),
-    Axis("gpus", "gpus", int, "world size: ranks (GPUs, or CPU processes)"),
-    Axis("nodes", "nodes", int, "nodes the ranks are spread over"),
-    Axis("shard_size", "shard", int | None, "hsdp: ranks per shard group; None for other strategies",
+    Axis("model", "model", "the preset name, or the label of an inline shape / own model"),
+    Axis("seq_len", "seq", "tokens per sample (vit: patches + class token)", int | None),
+    Axis("strategy", "strategy", "a registered strategy's name (suite/strategies/registry.py)"),
+    Axis("activation_checkpointing", "ckpt", "what backward recomputes", values=CHECKPOINTING, sorted_by_table=True),
+    Axis("precision", "precision", "parameters, compute and gradients", values=PRECISIONS),
+    Axis("gpus", "gpus", "world size: ranks (GPUs, or CPU processes)", int),
+    Axis("nodes", "nodes", "nodes the ranks are spread over", int),
+    Axis("shard_size", "shard", "hsdp: ranks per shard group; None for other strategies", int | None,
          older_default=None),
-    Axis("tensor_parallel", "tp", int, "tensor-parallel degree", older_default=1),
-    Axis("micro_batch_size", "mbs", int, "samples per rank per forward pass"),
-    Axis("global_batch_size", "gbs", int, "samples per optimizer step over all ranks"),
-    Axis("seed", "seed", int | None, "seed of weights and data (None: a result older than the seed axis)"),
+    Axis("tensor_parallel", "tp", "tensor-parallel degree", int, older_default=1),
+    Axis("micro_batch_size", "mbs", "samples per rank per forward pass", int),
+    Axis("global_batch_size", "gbs", "samples per optimizer step over all ranks", int),
+    Axis("seed", "seed", "seed of weights and data (None: a result older than the seed axis)", int | None),
 )
 
 # The axes in the order cells list them; cell ids and `exclude` / `match` keys use these names.

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any, Literal, Sequence
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_serializer, field_validator,
-                      model_serializer,
-                      model_validator)
+                      model_serializer, model_validator)
 
 from suite.axes import LATER_AXES, TABLE
 from suite.scenario import Cell
@@ -255,8 +254,6 @@ class _AxesBase(_Record):
     def __eq__(self, other: object) -> bool:  # the values, not the order they were written in
         return isinstance(other, _AxesBase) and type(self) is type(other) and self.__dict__ == other.__dict__
 
-    __hash__ = _Record.__hash__
-
     def get(self, axis: str) -> Any:
         """The value on `axis` by name (None for a name that is not an axis): for code that walks suite.axes.AXES."""
         return getattr(self, axis, None)
@@ -273,7 +270,7 @@ class _AxesBase(_Record):
 
 # Built from the axis table, so a new axis is a new field here without another list of axes to keep in step.
 Axes = create_model("Axes", __base__=_AxesBase, __module__=__name__,
-                    **{a.name: (a.stored, Field(a.older_default if a.added_later else None if a.name == "seed" else ...,
+                    **{a.name: (a.value_type, Field(a.older_default if a.added_later else None if a.name == "seed" else ...,
                                                 description=a.doc)) for a in TABLE})
 
 
@@ -311,8 +308,8 @@ class CellResult(_Record):
     time_to_target: TimeToTarget | None = Field(None, description="convergence.target: when it was reached.")
     extra: dict[str, Any] = Field(default_factory=dict)
 
-    # the cell exactly as the record wrote it, for writing it back unchanged (below)
-    _cell_written: tuple[int, dict] | None = PrivateAttr(default=None)
+    # (the Cell read, the cell exactly as the record wrote it): for writing it back unchanged (below)
+    _cell_written: tuple[Cell, dict] | None = PrivateAttr(default=None)
 
     @field_validator("cell", mode="before")
     @classmethod
@@ -326,13 +323,11 @@ class CellResult(_Record):
     def _remember_written_cell(cls, data: Any, handler: Any) -> Any:
         result = handler(data)
         if isinstance(data, dict) and isinstance(data.get("cell"), dict):
-            result._cell_written = (id(result.cell), data["cell"])
+            result._cell_written = (result.cell, data["cell"])
         return result
 
     def __eq__(self, other: object) -> bool:  # the record's values; how its cell was written is not one
         return isinstance(other, CellResult) and self.__dict__ == other.__dict__
-
-    __hash__ = _Record.__hash__
 
     @field_serializer("cell", mode="wrap")
     def _cell_as_written(self, cell: Cell, handler: Any) -> Any:
@@ -340,7 +335,7 @@ class CellResult(_Record):
         added since): re-publishing old runs gives the same bytes, and the site's page digests do not change
         with suite's version.  A cell made here (or replaced since) is dumped in full."""
         written = self._cell_written
-        return written[1] if written is not None and written[0] == id(cell) else handler(cell)
+        return written[1] if written is not None and written[0] is cell else handler(cell)
 
     @model_validator(mode="before")
     @classmethod

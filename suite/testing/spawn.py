@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -31,15 +32,31 @@ def read_records(out: Path, world: int) -> list[RankRecord]:
     return [RankRecord.model_validate_json((out / f"rank{r}.json").read_text()) for r in range(world)]
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux: /proc; elsewhere the IANA default)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
+
+
 def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    """n distinct ports free now, below the ephemeral range.  A group's ports are chosen before its cells run;
+    a port the kernel hands out meanwhile (gloo's and TCPStore's own listeners bind port 0) is always in the
+    ephemeral range, so it can never take one of these (it did: EADDRINUSE, and the other rank waited)."""
+    rng = random.Random()
+    low = max(1024, min(_ephemeral_low(), 65536) - 20000)
+    ports: list[int] = []
+    while len(ports) < n:
+        port = rng.randrange(low, low + 20000)
+        if port in ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken now
+        ports.append(port)
     return ports
 
 

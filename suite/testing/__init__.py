@@ -3,9 +3,9 @@
 The top layer, beside suite/cli: these modules use the rest of suite, and no other suite module uses them.
 Test files and scripts/ reach them as `from suite.testing.X import Y`; nothing here reaches into the test folders.
 
-    builders       real `Cell`s of a small scenario and stored `CellResult`s, for tests
+    builders       real `Cell`s of a small scenario (`make_cell`), stored `CellResult`s and report rows
     spawn          multi-rank runs: cells on `world` spawned ranks in one group (`run_group`, each rank running
-                   group_worker.py), one real torchrun launch (`torchrun_cell`), the cells they run (`make_cell`)
+                   group_worker.py), one real torchrun launch (`torchrun_cell`)
     group_worker   one rank of a spawned group (`python -m suite.testing.group_worker SPEC`)
     bare_loop      the yardstick for suite's own cost: a cell trained by a bare PyTorch loop (`bare_step_times`)
     overhead       suite's per-step overhead against the bare loop, measured in a fresh process (overhead_probe.py)
@@ -13,6 +13,7 @@ Test files and scripts/ reach them as `from suite.testing.X import Y`; nothing h
     scenario_fuzz  the scenario-file fuzzer's mutator and check (tests/unit/test_scenario_fuzz.py,
                    scripts/fuzz-scenarios)
     gpu_check      the GPU check of a lent machine and its rehearsal here (scripts/gpu-check, docs/gpu-check.md)
+    gpu_programs   the programs its steps run inside the interpreter they check (stand-in, scenarios, harness)
 
 Importing this package imports nothing: gpu_check must run under a bare python3 before suite's requirements are
 installed.

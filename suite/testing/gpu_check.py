@@ -5,9 +5,9 @@
 
 scripts/gpu-check runs this module (`python3 -m suite.testing.gpu_check`) from the source tree.  The module
 imports nothing but the standard library at its top, so the machine's bare python3 runs it before suite's
-requirements are installed; the programs a step runs in the checked environment are functions here too
-(`standin`, `rehearsal_scenarios`, `harness`), run as `python -m suite.testing.gpu_check --child NAME ARGS`
-by the interpreter they check.
+requirements are installed; the programs a step runs in the checked environment (`standin`,
+`rehearsal-scenarios`, `harness`) are functions of gpu_programs.py, run as `python -m suite.testing.gpu_programs
+NAME ARGS` by the interpreter they check.
 
 The machine has Python 3.12, torch 2.11.0+cu130, torchvision, transformers, rich, typer, psutil, PyYAML,
 pytest-benchmark, hypothesis and setuptools, no pydantic, and no network.  What suite needs beyond that
@@ -69,7 +69,6 @@ NOT_IN_IMAGE = ("pydantic", "pydantic-core", "annotated-types", "typing-inspecti
 MAX_FILES, MAX_FILE_BYTES, MAX_TRAVEL_BYTES = 8, 16 * 2**20, 64 * 2**20
 RESERVE_S = 30  # kept back from every step for the report and the tarball
 MARKER = ".gpu-check"  # an OUT folder this check made (--rehearse only empties one that has it)
-CHILD = "--child"  # first argument of a child program's command line (see `_child`)
 
 
 class Check:
@@ -405,112 +404,10 @@ class Check:
         return str(py)
 
 
-# ---------------------------------------------------------------------------------------------- child programs
-# Each runs in another interpreter (`_child`): imports beyond the standard library stay inside the function.
-
-def standin(image: str, refused: str) -> int:
-    """Run by --torch-python: the image's distributions (comma-separated) closed under their requirements
-    (markers evaluated, no extras), each as the top-level paths its RECORD installs (packages, modules,
-    .dist-info, .libs); the `refused` ones (the image lacks them) are left out and who required them recorded.
-    Prints JSON: dists, dropped, site, base_python, python."""
-    import importlib.metadata as md
-    import sysconfig
-
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    refused_names = {canonicalize_name(n) for n in refused.split(",")}
-    todo, done, seen, dropped = [(n, "", None) for n in image.split(",")], set(), {}, {}
-    while todo:
-        name, extra, wanted_by = todo.pop()
-        if canonicalize_name(name) in refused_names:  # the image lacks it: what here requires it is recorded
-            dropped.setdefault(canonicalize_name(name), []).append(wanted_by)
-            continue
-        key = canonicalize_name(name).replace("-", "_")
-        if (key, extra) in done:
-            continue
-        done.add((key, extra))
-        dist = md.distribution(name)
-        if key not in seen:
-            tops = set()
-            for f in dist.files or []:
-                parts = Path(str(f)).parts
-                if parts and parts[0] != ".." and not parts[0].endswith(".pth") and parts[0] != "__pycache__":
-                    tops.add(str(Path(str(dist.locate_file(parts[0]))).resolve()))
-            seen[key] = sorted(tops)
-        for r in dist.requires or []:
-            req = Requirement(r)
-            if req.marker is None or req.marker.evaluate({"extra": extra}):
-                if req.marker is not None and extra and req.marker.evaluate({"extra": ""}):
-                    continue  # an unconditional requirement: followed with extra ""
-                by = f"{dist.metadata['Name']} {dist.version}"
-                todo += [(req.name, e, by) for e in sorted(req.extras)] + [(req.name, "", by)]
-    print(json.dumps({"dists": seen, "dropped": dropped, "site": sysconfig.get_paths()["purelib"],
-                      "base_python": sys._base_executable, "python": sys.version.split()[0]}))
-    return 0
-
-
-def rehearsal_scenarios(*pairs: str) -> int:
-    """SRC DST ...: each scenario's CPU copy for --rehearse: one step of gpt-tiny per cell, no gates (one step
-    cannot converge), same axes."""
-    import yaml
-
-    for src, dst in zip(pairs[0::2], pairs[1::2]):
-        d = yaml.safe_load(Path(src).read_text())
-        d.pop("convergence", None)
-        d.update(name=d["name"] + "-rehearse", device="cpu", model="gpt-tiny", seq_len=64, micro_batch_size=2,
-                 global_batch_size=2, steps=1, warmup_steps=0, timeout_s=300)
-        Path(dst).write_text(yaml.safe_dump(d, sort_keys=False))
-    return 0
-
-
-def harness(scenario: str, out_json: str, steps: str, warmup: str, rounds: str) -> int:
-    """In the checked environment: suite's worker (run_worker, in this process, world of one) against the bare
-    loop (suite/testing/bare_loop.py) on the scenario's checkpointing-none cell, alternating; writes OUT_JSON."""
-    import statistics
-    import tempfile
-
-    import torch
-
-    from suite.scenario import load_cells
-    from suite.testing.bare_loop import bare_step_times
-    from suite.worker.main import run_worker
-
-    out, steps_n, warmup_n, rounds_n = Path(out_json), int(steps), int(warmup), int(rounds)
-    cell = next(c for c in load_cells(scenario)[1] if c.activation_checkpointing == "none" and not c.compile)
-    cell = cell.model_copy(update={"measure_peaks": False, "trace_memory": False, "steps": steps_n,
-                                   "warmup_steps": warmup_n})
-    device = torch.device("cuda" if cell.device != "cpu" and torch.cuda.is_available() else "cpu")
-    suite_t, bare_t = [], []
-    for i in range(rounds_n):
-        times, bare_losses = bare_step_times(cell, device)
-        bare_t.append(statistics.median(times[warmup_n:]))
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        with tempfile.TemporaryDirectory() as tmp:
-            record = run_worker(cell, Path(tmp) / f"run{i}")
-        if record.status != "ok":
-            raise SystemExit(f"suite's worker: {record.status}: {record.error}")
-        suite_t.append(statistics.median(record.step_times_s))
-        suite_losses = record.losses
-    match = all(abs(a - b) <= 2e-2 * abs(b) for a, b in zip(suite_losses, bare_losses))
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    result = {"device": name, "torch": torch.__version__, "cell_id": cell.id, "steps": steps_n,
-              "warmup": warmup_n, "rounds": rounds_n, "suite_ms": min(suite_t) * 1e3, "bare_ms": min(bare_t) * 1e3,
-              "ratio": min(suite_t) / min(bare_t), "suite_rounds_ms": [t * 1e3 for t in suite_t],
-              "bare_rounds_ms": [t * 1e3 for t in bare_t], "losses_match": match,
-              "suite_losses": suite_losses, "bare_losses": bare_losses}
-    out.write_text(json.dumps(result, indent=1))
-    print(f"harness: suite {result['suite_ms']:.2f} ms, bare {result['bare_ms']:.2f} ms, ratio {result['ratio']:.3f}")
-    return 0
-
-
-CHILDREN = {"standin": standin, "rehearsal-scenarios": rehearsal_scenarios, "harness": harness}
-
-
 def _child(name: str) -> list[str]:
-    """What follows an interpreter to run child program `name` (with ROOT on its PYTHONPATH, as self.env has)."""
-    return ["-m", "suite.testing.gpu_check", CHILD, name]
+    """What follows an interpreter to run child program `name` (with ROOT on its PYTHONPATH, as self.env has):
+    the programs a step runs inside the interpreter it checks live in gpu_programs.py."""
+    return ["-m", "suite.testing.gpu_programs", name]
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -603,8 +500,6 @@ def _travelling_bytes() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == [CHILD]:  # a child program, in the interpreter a step runs
-        return CHILDREN[argv[1]](*argv[2:])
     p = argparse.ArgumentParser(prog="scripts/gpu-check", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rehearse", action="store_true", help="the steps that need no GPU, here, offline, device: cpu")

@@ -27,7 +27,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Field, ValidationInfo, model_validator
 
-from suite.models.hf_keys import ANALYTIC_TYPES, HF_EXTRA, LAYER_KEYS, MAX_HF_LAYERS, first_key, one_line
+from suite.models.hf_keys import ANALYTIC_TYPES, HF_EXTRA, LAYER_KEYS, first_key, one_line
 from suite.models.presets import GptShape, LlamaShape, Pixels, Vocab, VitShape, _Shape
 
 MAX_CONFIG_BYTES = 1 << 20  # a real config.json is a few KiB

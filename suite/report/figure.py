@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any
 
 from suite.report.tables import CellRow
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import base64
 from html import escape
-from typing import Any
-
 from suite.axes import AXIS_HEADERS
 from suite.report.figure import Plot
 from suite.report.pivots import Pivot

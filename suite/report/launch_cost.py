@@ -18,8 +18,6 @@ when the report holds Ray cells.
 
 from __future__ import annotations
 
-from typing import Any
-
 from suite.axes import AXES
 from suite.report.pivots import Pivot
 from suite.report.tables import CellRow

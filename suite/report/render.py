@@ -11,8 +11,6 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any
-
 from suite.axes import AXES
 from suite.report.launch_cost import launch_cost_pivot
 from suite.report.markdown import report_markdown

@@ -11,6 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from suite.data import build_data
 from suite.models.build import build_model, materialize
+from suite.plan.depth import PhaseLog
 from suite.worker.loop import Trainer
 from suite.worker.measure import track_peaks
 from suite.worker.parallelize import parallelize
@@ -43,10 +44,11 @@ def _as_sampled(micro_batches):
     return list(zip(inputs.split(m), targets.split(m)))
 
 
-def run_traced(cell, steps: int, phase: list[str]) -> dict[str, Any]:
+def run_traced(cell, steps: int, phase: list[str], phases: bool = False) -> dict[str, Any]:
     """Build, parallelize and run `steps` optimizer steps of `cell` as rank 0 under the memory tracker.
     Must run inside a fake process group and FakeTensorMode (trace.trace_cell sets both up).  Appends to
-    `phase` what it is doing (an error then says whether the model, the strategy or the step failed)."""
+    `phase` what it is doing (an error then says whether the model, the strategy or the step failed).
+    `phases`: also name every moment with its phase (plan/depth.py): the result's "phases"."""
     device = torch.device("cpu")
     world = torch.distributed.get_world_size()
     phase.append("building the model")
@@ -55,6 +57,10 @@ def run_traced(cell, steps: int, phase: list[str]) -> dict[str, Any]:
     with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.device("meta"):
         model = build_model(cell.model, cell.seed)
     materialize(model, device)  # to_empty, tied parameters kept tied
+    log = None
+    if phases:
+        prefix = next(name for name, m in model.named_modules() if m is model.blocks)
+        log = PhaseLog(cell.model.layers, prefix)
     phase.append(f"applying checkpointing and strategy {cell.strategy}")
     par = parallelize(model, cell, device)
     trainer = Trainer(par, cell, device)
@@ -74,6 +80,13 @@ def run_traced(cell, steps: int, phase: list[str]) -> dict[str, Any]:
 
     def run_step(between) -> None:
         i = next(step)
+        if log is not None:
+            log.next_step()
+            reset = between
+
+            def between() -> None:
+                reset()
+                log.next_micro()
         trainer.step(_as_sampled(batches[i]), between=between)
         if i == 0:  # as the worker does: bytes counted after the first optimizer step
             counted.update(par.count_bytes().model_dump())
@@ -81,12 +94,12 @@ def run_traced(cell, steps: int, phase: list[str]) -> dict[str, Any]:
     phase.append("running the training steps")
     attention = _AttentionOps()
     with attention:
-        peaks, at_peak = track_peaks(par, run_step, steps)
+        peaks, at_peak = track_peaks(par, run_step, steps, observe=log.observe if log else None)
     if attention.seen:
         notes.append(f"attention: traced with aten.{attention.seen.split('::')[-1]} (CPU); on CUDA, SDPA would "
                      f"pick {_CUDA_ATTENTION[cell.precision]}, which also never stores the s x s scores")
     return {
         "at_peak": at_peak, "category_peaks": {k: v for k, v in peaks.by_category.items()}, "counted": counted,
         "tracker": "FSDPMemTracker" if par.tracker == "fsdp" else "MemTracker",
-        "attention_kernel": attention.seen, "notes": notes,
+        "attention_kernel": attention.seen, "notes": notes, "phases": log.phases if log else None,
     }

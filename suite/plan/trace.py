@@ -32,6 +32,7 @@ import warnings
 from contextlib import contextmanager
 from typing import Any, Callable
 
+from suite.plan.depth import SHALLOW, DepthError, Shallow, extrapolate, why_full
 from suite.plan.trace_record import Trace, TraceFailure, fold
 
 TRACE_STEPS = 2
@@ -58,17 +59,18 @@ def trace_key(cell) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def check_traceable(cell) -> None:
-    """Refuse, before building anything, what cannot be traced (TraceError with the numbers)."""
+def check_traceable(cell, layers: int | None = None) -> None:
+    """Refuse, before building anything, what cannot be traced (TraceError with the numbers); `layers`: the
+    depth that will be built (default: the model's)."""
     from suite.strategies import registry
 
     spec = registry.get(cell.strategy)
     if not spec.traceable:
         raise TraceError(f"strategy {cell.strategy} is registered with traceable=False: it cannot run under fake "
                          "tensors; its cells have no traced peak (plan uses the as-implemented model)")
-    shape = cell.model
-    if (shape.layers or 0) > MAX_TRACE_LAYERS:
-        raise TraceError(f"model {cell.axes()['model']} has {shape.layers} layers; a trace builds every layer and "
+    built = cell.model.layers if layers is None else layers
+    if (built or 0) > MAX_TRACE_LAYERS:
+        raise TraceError(f"model {cell.axes()['model']} has {built} layers; a full trace builds every layer and "
                          f"handles at most {MAX_TRACE_LAYERS}")
 
 
@@ -127,14 +129,57 @@ def fake_world(world: int):
         sys.excepthook = hook
 
 
-def trace_cell(cell) -> Trace:
-    """Trace `cell` (see the module docstring); TraceError when it cannot be traced (cell_notes not added)."""
-    check_traceable(cell)
+def trace_cell(cell, full: bool = False) -> Trace:
+    """Trace `cell` (see the module docstring): from two shallow copies extrapolated to its depth where that
+    applies (plan/depth.py), else in full (`full`: always).  TraceError when it cannot be traced (cell_notes
+    not added)."""
+    import torch
+
     t0 = time.perf_counter()
+    why = "asked for" if full else why_full(cell)
+    notes: list[str] = []
+    if why is None:
+        try:
+            return _extrapolated(cell, t0)
+        except DepthError as exc:
+            why = str(exc)
+            notes.append(f"depth: traced in full ({exc})")
+    check_traceable(cell)
+    found = _run(cell, traced_cell(cell))
+    labels = found["at_peak"]
+    return Trace(peak=labels.get("Total", 0), at_peak=fold(labels), labels_at_peak=labels,
+                 category_peaks=found["category_peaks"], counted=found["counted"], tracker=found["tracker"],
+                 world=cell.gpus, steps=TRACE_STEPS, micro_batches=min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES),
+                 device="cpu", attention_kernel=found["attention_kernel"], notes=found["notes"] + notes,
+                 seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__, method="full",
+                 depths=[cell.model.layers], why_full=why)
+
+
+def _extrapolated(cell, t0: float) -> Trace:
+    """The trace of `cell` from its copies at depths SHALLOW, every phase carried to its depth."""
+    import torch
+
+    check_traceable(cell, layers=max(SHALLOW))
     tcell = traced_cell(cell)
+    shallow = []
+    for depth in SHALLOW:
+        copy = tcell.model_copy(update={"model": tcell.model.model_copy(update={"layers": depth})})
+        found = _run(cell, copy, phases=True)
+        shallow.append((found, Shallow(depth=depth, phases=found["phases"], counted=found["counted"])))
+    got = extrapolate(shallow[0][1], shallow[1][1], cell.model.layers)
+    last = shallow[-1][0]
+    return Trace(peak=got.peak, at_peak=fold(got.at_peak), labels_at_peak=got.at_peak,
+                 category_peaks=got.category_peaks, counted=got.counted, tracker=last["tracker"], world=cell.gpus,
+                 steps=TRACE_STEPS, micro_batches=tcell.grad_accum, device="cpu",
+                 attention_kernel=last["attention_kernel"], notes=last["notes"],
+                 seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__, method="extrapolated",
+                 depths=list(SHALLOW), peak_phase=got.phase)
+
+
+def _run(cell, tcell, phases: bool = False) -> dict[str, Any]:
+    """run_traced for `tcell` inside a fake world and FakeTensorMode; errors name `cell` and the phase."""
     phase = ["starting"]  # run_traced appends what it is doing, so an error says where it happened
     try:
-        import torch
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         from suite.plan.fake_steps import run_traced
@@ -142,7 +187,7 @@ def trace_cell(cell) -> Trace:
         with fake_world(cell.gpus), FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings():
             # torch's own chatter about fake tensors and ungraded parameters: not the user's problem
             warnings.filterwarnings("ignore", message=".*(FakeTensor|traceable wrapper-subclass).*")
-            found = run_traced(tcell, TRACE_STEPS, phase)
+            return run_traced(tcell, TRACE_STEPS, phase, phases=phases)
     except TraceError:
         raise
     except Exception as exc:  # any failure of the traced code: say which cell, where and what; never fall back
@@ -151,12 +196,6 @@ def trace_cell(cell) -> Trace:
             raise TraceError(f"{where}: the code reads a tensor's value on the host ({exc.func}), which a fake "
                              "tensor does not have: it cannot be traced") from exc
         raise TraceError(f"trace of {where} failed: {type(exc).__name__}: {exc}"[:2000]) from exc
-    labels = found["at_peak"]
-    return Trace(peak=labels.get("Total", 0), at_peak=fold(labels), labels_at_peak=labels,
-                 category_peaks=found["category_peaks"], counted=found["counted"], tracker=found["tracker"],
-                 world=cell.gpus, steps=TRACE_STEPS, micro_batches=tcell.grad_accum, device="cpu",
-                 attention_kernel=found["attention_kernel"], notes=found["notes"],
-                 seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__)
 
 
 class TraceCache:

@@ -23,6 +23,8 @@ tracker; FSDP2's fp32 shard is a Sharded Param): they are in `counted`, the stra
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 CATEGORIES: dict[str, tuple[str, ...]] = {
@@ -66,6 +68,13 @@ class Trace(BaseModel):
     notes: list[str] = Field(default_factory=list, description="Where the trace differs from a GPU run.")
     seconds: float = Field(description="Wall time of the trace on the machine that ran it.")
     torch: str = Field(description="torch version that traced.")
+    method: Literal["full", "extrapolated"] = Field(
+        "full", description="full: every layer built and run; extrapolated: two shallow copies traced and every "
+        "phase carried to the real depth (plan/depth.py).")
+    depths: list[int] = Field(default_factory=list, description="The depths actually traced.")
+    why_full: str | None = Field(None, description="Why a full trace (not extrapolated), when it is one.")
+    peak_phase: str | None = Field(None, description="Extrapolated: the phase the peak falls in "
+                                   "(step/micro-batch/stage/region).")
 
 
 class TraceFailure(BaseModel):

@@ -107,6 +107,9 @@ class StrategySpec:
     twin: str | None = None  # the native strategy a hand-written one must match (None: it is native)
     checkpointable: bool = True  # the state-dict checkpoint API can save and restore its training state
     traceable: bool = True  # runs under fake tensors and a fake process group (suite plan --trace)
+    # rank 0's bytes at every moment of a step are affine in the model's depth, so a trace of two shallow copies
+    # extrapolates (plan/depth.py); False: traced in full, extra["not_depth_affine"] says why
+    depth_affine: bool = True
     holds_fp32: Holds | None = None  # as implemented in fp32 (None: FP32_HOLDS of its family)
     holds_mixed: Holds | None = None  # in bf16/fp16-mixed (None: as in fp32, which is what autocast does)
     # shards within groups of the cell's shard_size ranks and replicates across groups (HSDP): its sharded
@@ -153,7 +156,9 @@ BUILTIN: tuple[StrategySpec, ...] = (
                  "overlapped with backward", tensor_parallel=True),
     StrategySpec("zero1", "zero1", "suite.strategies.zero1:apply",
                  Comm(3, pattern="all-reduce of gradients + each shard's owner broadcasts it"),
-                 "ZeroRedundancyOptimizer under DDP: optimizer states sharded"),
+                 "ZeroRedundancyOptimizer under DDP: optimizer states sharded", depth_affine=False,
+                 extra={"not_depth_affine": "ZeroRedundancyOptimizer gives each rank whole tensors, largest first, "
+                        "so rank 0's share of a shallow copy is not the real model's"}),
     StrategySpec("zero2", "zero2", "suite.strategies.fsdp:apply",
                  Comm(2, pattern="reduce-scatter of gradients + all-gather of parameters"),
                  "FSDP2 with reshard_after_forward=False: gradients and optimizer states sharded",

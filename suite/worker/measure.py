@@ -71,13 +71,23 @@ def _category_peak_tracker(base: type) -> type:
     category's bytes at the moment the total peaked (the planner's trace reports that breakdown)."""
 
     class CategoryPeaks(base):
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args, observe=None, **kwargs):
             super().__init__(*args, **kwargs)
             self.category_peaks: dict[str, int] = {}
             self.at_peak: dict[str, int] = {}
+            self._observe = observe  # observe(tracker, labels) after every update (the planner's phases)
 
-        def _update_snap(self, *args, **kwargs):  # called on every tracked allocation, free and resize
-            super()._update_snap(*args, **kwargs)
+        def _update_peak_stats(self, *args, **kwargs):
+            # torch's per-module peak snapshots (a walk over every module on every op: a fifth of a large
+            # trace's time); suite reads only its own maxima, kept in _update_snap
+            return None
+
+        def _update_snap(self, u_type, *args, **kwargs):  # called on every tracked allocation, free and resize
+            super()._update_snap(u_type, *args, **kwargs)
+            if getattr(u_type, "name", None) == "DEL":
+                # a free lowers every label: no maximum moves.  (Frees can also come late, from the garbage
+                # collector: skipping them keeps the moments the planner names independent of its timing.)
+                return
             for snap in self._curr_mem_snap.values():
                 named = {getattr(key, "value", key): value for key, value in snap.items()}
                 for name, value in named.items():
@@ -85,24 +95,27 @@ def _category_peak_tracker(base: type) -> type:
                         self.category_peaks[name] = value
                 if named.get("Total", 0) > self.at_peak.get("Total", -1):
                     self.at_peak = named
+                if self._observe is not None:
+                    self._observe(self, named)
 
     return CategoryPeaks
 
 
-def track_peaks(par: Parallel, run_step: Callable[[Callable[[], None]], None],
-                steps: int = 2) -> tuple[PeakMemory, dict[str, int]]:
+def track_peaks(par: Parallel, run_step: Callable[[Callable[[], None]], None], steps: int = 2,
+                observe: Callable[[object, dict[str, int]], None] | None = None) -> tuple[PeakMemory, dict[str, int]]:
     """Run `steps` training steps under the memory tracker; `run_step(between)` runs one step and calls
     `between()` after every micro-batch's backward (the tracker needs its per-iteration stats reset).
-    Returns the peaks and the tracker's categories at the moment of the largest total."""
+    Returns the peaks and the tracker's categories at the moment of the largest total.  `observe(tracker,
+    labels)`: called after every tracked allocation, free or resize (plan/depth.py names its phase)."""
     optimizer = getattr(par.optimizer, "optim", par.optimizer)  # ZeroRedundancyOptimizer: the local one
     if par.tracker == "fsdp":
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
-        tracker = _category_peak_tracker(FSDPMemTracker)(par.model, optimizer)
+        tracker = _category_peak_tracker(FSDPMemTracker)(par.model, optimizer, observe=observe)
     else:
         from torch.distributed._tools.mem_tracker import MemTracker
 
-        tracker = _category_peak_tracker(MemTracker)()
+        tracker = _category_peak_tracker(MemTracker)(observe=observe)
         tracker.track_external(par.model, optimizer)
     with tracker:
         for _ in range(steps):

@@ -62,10 +62,15 @@ def validate(files: List[Path] = typer.Argument(..., help="Scenario YAML files."
 @app.command()
 def plan(file: Path = typer.Argument(..., help="Scenario YAML file."),
          as_json: bool = typer.Option(False, "--json", help="Print JSON objects instead of a table."),
-         trace: bool = typer.Option(False, "--trace", help="Also trace each cell's per-rank peak on fake "
-                                    "tensors (the real code; needs torch, no GPU)."),
-         max_mbs: bool = typer.Option(False, "--max-micro-batch", help="With --trace: the largest micro-batch "
-                                      "whose traced peak fits gpu_memory_gb."),
+         trace: bool = typer.Option(True, "--trace/--no-trace", help="Trace each cell's per-rank peak on fake "
+                                    "tensors (the real code; needs torch, no GPU) and answer `fits` from it; "
+                                    "--no-trace: arithmetic only (the as-implemented model)."),
+         only: Optional[List[str]] = typer.Option(None, "--only", help="Plan only these cells (ids or unique "
+                                                  "id prefixes; comma-separated or repeated)."),
+         cache: bool = typer.Option(True, "--cache/--no-cache", help="Read and keep traces in the disk cache "
+                                    "($SUITE_CACHE_DIR, default ~/.cache/suite)."),
+         max_mbs: bool = typer.Option(False, "--max-micro-batch", help="The largest micro-batch whose traced "
+                                      "peak fits gpu_memory_gb (less --headroom)."),
          headroom: Optional[float] = typer.Option(None, "--headroom", help="Fraction of gpu_memory_gb "
                                                   "--max-micro-batch keeps free (default 0.1).")) -> None:
     """Predict per-rank memory (textbook, as implemented, traced), FLOPs per token and communication per cell."""
@@ -73,7 +78,8 @@ def plan(file: Path = typer.Argument(..., help="Scenario YAML file."),
 
     scenario, cells = _load(file)
     try:
-        run_plan(scenario, cells, as_json=as_json, trace=trace, max_micro_batch=max_mbs, headroom=headroom)
+        run_plan(scenario, cells, as_json=as_json, trace=trace, max_micro_batch=max_mbs, headroom=headroom,
+                 only=only, disk_cache=cache)
     except PlanRequestError as exc:
         _error(exc)
         raise typer.Exit(2)

@@ -1,10 +1,13 @@
-"""`suite plan FILE [--trace] [--max-micro-batch]`: the planner's table (or JSON), and the traces behind it.
+"""`suite plan FILE [--no-trace] [--only ID...] [--max-micro-batch]`: the planner's table (or JSON), and the
+traces behind it.
 
-Without --trace the planner is pure arithmetic (no torch): the textbook and the as-implemented models.
---trace also runs each distinct cell shape on fake tensors (trace.py; torch needed, no GPU): progress goes
-to stderr, one line per trace with its time, since an 8-billion-parameter trace takes a minute or two here.
-A cell that cannot be traced says why in its row; its `fits` falls back to the as-implemented model, and
-the row says so.
+By default every distinct cell shape is traced on fake tensors (plan/trace.py: torch needed, no GPU; an 8B
+model in seconds, plan/depth.py) and `fits` answers from the traced peak; traces are kept on disk
+(plan/trace_cache.py), so planning the same shapes again reads them.  Progress goes to stderr: one line per
+trace with its time and an ETA, and a closing line with how many traces ran, came from the disk cache or were
+shared.  --no-trace (or no torch installed) is pure arithmetic: the textbook and the as-implemented models,
+and `fits` from the latter, labelled.  A cell that cannot be traced says why in its row; its `fits` falls back
+to the as-implemented model, and the row says so.
 """
 
 from __future__ import annotations
@@ -18,35 +21,87 @@ COLUMNS = ["cell", "model", "seq", "strategy", "ckpt", "precision", "gpus", "mbs
            "textbook", "as implemented", "traced peak", "fits", "FLOPs/token", "comm/step"]
 
 
-def _tracer(cells):
-    """A TraceCache whose misses print a progress line (stderr) with the trace's time."""
-    from suite.plan.trace import TraceCache, trace_cell, trace_key
+class Tracer:
+    """The plan's traces: a TraceCache (memory, then disk) whose misses print a progress line on stderr with
+    the trace's time and an ETA for the traces still to run, and a closing line with how each was answered."""
 
-    distinct = len({trace_key(c) for c in cells})
+    def __init__(self, cells, disk: bool = True):
+        from suite.plan.trace import trace_key
+        from suite.plan.trace_cache import TraceCache
 
-    def traced(cell):
+        self.cache = TraceCache(disk=disk)
+        self._key = trace_key
+        self.todo = len({trace_key(c) for c in cells if not self.cache.has(c)})  # disk read once per shape
+        self.times: list[float] = []
+
+    def get(self, cell):
+        if self.cache.has(cell):
+            return self.cache.get(cell)
+        n = len(self.times) + 1
+        left = self.todo - len(self.times)
+        of = f"{n}/{self.todo}" if left > 0 else f"{n} (micro-batch search)"
+        eta = f", about {_duration(left * sum(self.times) / len(self.times))} left" if self.times and left > 0 else ""
+        err_console.print(f"tracing {of}{eta}: cell {cell.id} ({cell.strategy}, {cell.activation_checkpointing}, "
+                          f"{cell.precision}, {cell.gpus} ranks, micro-batch {cell.micro_batch_size}) ...",
+                          highlight=False, markup=False)
         t0 = time.perf_counter()
-        of = f"/{distinct}" if cache.traced <= distinct else " (micro-batch search)"
-        err_console.print(f"tracing {cache.traced}{of}: cell {cell.id} ({cell.strategy}, "
-                          f"{cell.activation_checkpointing}, {cell.precision}, {cell.gpus} ranks, micro-batch "
-                          f"{cell.micro_batch_size}) ...", highlight=False, markup=False)
         try:
-            return trace_cell(cell)
+            return self.cache.get(cell)
         finally:
-            err_console.print(f"  {time.perf_counter() - t0:.1f} s", highlight=False, markup=False)
+            self.times.append(time.perf_counter() - t0)
+            err_console.print(f"  {self.times[-1]:.1f} s", highlight=False, markup=False)
 
-    cache = TraceCache(traced)
-    return cache
+    def summary(self) -> str:
+        """Where the traces came from: run now, read from the disk cache, shared between cells of this plan."""
+        c = self.cache.counts
+        parts = [f"{c['traced']} traced ({_duration(sum(self.times))})", f"{c['disk']} from the disk cache",
+                 f"{c['memory']} shared within this plan"]
+        if c["unreadable"]:
+            parts.append(f"{c['unreadable']} unreadable cache file(s) ignored")
+        where = f" ({self.cache.folder})" if self.cache.folder else ""
+        note = f"; {self.cache.note}" if self.cache.note else ""
+        return f"traces: {', '.join(parts)}{where}{note}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60:02d} s"
 
 
 class PlanRequestError(ValueError):
     """A `suite plan` request that cannot be answered (the CLI prints it and exits 2)."""
 
 
+def select(cells, only: list[str] | None):
+    """The cells named by --only (ids or unique id prefixes, comma-separated or repeated); all without it."""
+    if not only:
+        return cells
+    wanted = [w.strip() for item in only for w in item.split(",") if w.strip()]
+    chosen, seen = [], set()
+    for w in wanted:
+        found = [c for c in cells if c.id == w] or [c for c in cells if c.id.startswith(w)]
+        if not found:
+            raise PlanRequestError(f"--only {w}: no cell of the scenario's {len(cells)} has this id (suite plan "
+                                   "lists them)")
+        if len(found) > 1:
+            raise PlanRequestError(f"--only {w}: the prefix of {len(found)} cell ids "
+                                   f"({', '.join(c.id for c in found[:4])}{', ...' if len(found) > 4 else ''})")
+        if found[0].id not in seen:
+            seen.add(found[0].id)
+            chosen.append(found[0])
+    return chosen
+
+
+def torch_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
 def check_request(cells, *, trace: bool, max_micro_batch: bool, headroom: float | None) -> float:
     """Refuse a bad combination of options before any trace runs; returns the headroom to use."""
     if max_micro_batch and not trace:
-        raise PlanRequestError("--max-micro-batch searches over traces: add --trace")
+        raise PlanRequestError("--max-micro-batch searches over traces: drop --no-trace")
     if headroom is not None and not max_micro_batch:
         raise PlanRequestError("--headroom applies to --max-micro-batch only")
     headroom = 0.1 if headroom is None else headroom
@@ -60,17 +115,28 @@ def check_request(cells, *, trace: bool, max_micro_batch: bool, headroom: float 
 
 
 def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bool,
-             headroom: float | None) -> None:
+             headroom: float | None, only: list[str] | None = None, disk_cache: bool = True) -> None:
     from suite.plan.rows import plan_rows
 
+    cells = select(cells, only)
     headroom = check_request(cells, trace=trace, max_micro_batch=max_micro_batch, headroom=headroom)
-    cache = _tracer(cells) if trace else None
-    rows = plan_rows(cells, cache.get if cache else None)
+    untraced = None
+    if trace and not torch_available():
+        if max_micro_batch:
+            raise PlanRequestError("--max-micro-batch searches over traces, which need torch: pip install torch")
+        trace, untraced = False, "not traced: torch is not installed (pip install torch); fits uses the " \
+                                 "as-implemented model"
+    tracer = Tracer(cells, disk_cache) if trace else None
+    rows = plan_rows(cells, tracer.get if tracer else None)
     if max_micro_batch:
         from suite.plan.search import max_micro_batch as search
 
         for cell, row in zip(cells, rows):
-            row["max_micro_batch"] = search(cell, cache.get, headroom).model_dump()
+            row["max_micro_batch"] = search(cell, tracer.get, headroom).model_dump()
+    if tracer:
+        err_console.print(tracer.summary(), highlight=False, markup=False, soft_wrap=True)
+    if untraced:
+        err_console.print(untraced, highlight=False, markup=False, soft_wrap=True)
     if as_json:
         # allow_nan=False: strict JSON; the validators' bounds keep every number finite, so this never raises
         print(json.dumps(rows, indent=1, allow_nan=False))

@@ -11,7 +11,7 @@ from suite.plan.trace_record import Trace, TraceFailure
 def plan_rows(cells, trace: Callable[[Any], Trace | TraceFailure] | None = None) -> list[dict[str, Any]]:
     """The `suite plan --json` objects: cell, settings, num_parameters, the three memory predictions
     (memory_bytes = textbook, as_implemented, traced), fits (+ fits_by, fits_bytes), flops, comm.
-    `trace(cell)`: a traced peak per cell (suite.plan.trace.TraceCache.get), or None for no tracing."""
+    `trace(cell)`: a traced peak per cell (suite.plan.trace_cache.TraceCache.get), or None for no tracing."""
     rows = []
     for cell in cells:
         p = predict(cell, trace(cell) if trace is not None else None)

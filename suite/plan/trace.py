@@ -30,14 +30,15 @@ import json
 import time
 import warnings
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Any
 
 from suite.plan.depth import SHALLOW, DepthError, Shallow, extrapolate, why_full
-from suite.plan.trace_record import Trace, TraceFailure, fold
+from suite.plan.trace_record import Trace, fold
 
 TRACE_STEPS = 2
 MAX_TRACE_MICRO_BATCHES = 2
 MAX_TRACE_LAYERS = 512  # building is O(modules) Python work: 512 layers take about a minute here
+MAX_TRACE_WORLD = 65536  # sharding bookkeeping grows with the ranks; beyond this a plan would stall, not answer
 
 # What decides a cell's memory (its id also hashes steps, seed, lr, data: they do not change the trace).
 _TRACE_FIELDS = ("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus", "shard_size",
@@ -68,6 +69,8 @@ def check_traceable(cell, layers: int | None = None) -> None:
     if not spec.traceable:
         raise TraceError(f"strategy {cell.strategy} is registered with traceable=False: it cannot run under fake "
                          "tensors; its cells have no traced peak (plan uses the as-implemented model)")
+    if cell.gpus > MAX_TRACE_WORLD:
+        raise TraceError(f"{cell.gpus} ranks: a trace simulates at most {MAX_TRACE_WORLD}")
     built = cell.model.layers if layers is None else layers
     if (built or 0) > MAX_TRACE_LAYERS:
         raise TraceError(f"model {cell.axes()['model']} has {built} layers; a full trace builds every layer and "
@@ -196,28 +199,3 @@ def _run(cell, tcell, phases: bool = False) -> dict[str, Any]:
             raise TraceError(f"{where}: the code reads a tensor's value on the host ({exc.func}), which a fake "
                              "tensor does not have: it cannot be traced") from exc
         raise TraceError(f"trace of {where} failed: {type(exc).__name__}: {exc}"[:2000]) from exc
-
-
-class TraceCache:
-    """Traces by trace_key: a plan of 1,000 cells traces each distinct shape once.  Failures are cached too
-    (the same cell fails the same way)."""
-
-    def __init__(self, trace: Callable[[Any], Trace] | None = None):
-        self._trace = trace  # None: trace_cell
-        self._by_key: dict[str, Trace | TraceFailure] = {}
-        self.traced = 0  # how many traces actually ran
-
-    def has(self, cell) -> bool:
-        return trace_key(cell) in self._by_key
-
-    def get(self, cell) -> Trace | TraceFailure:
-        key = trace_key(cell)
-        if key not in self._by_key:
-            self.traced += 1
-            try:
-                self._by_key[key] = (self._trace or trace_cell)(cell)
-            except TraceError as exc:
-                self._by_key[key] = TraceFailure(error=str(exc))
-        found = self._by_key[key]
-        extra = cell_notes(cell) if isinstance(found, Trace) else []
-        return found.model_copy(update={"notes": found.notes + extra}) if extra else found

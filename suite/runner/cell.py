@@ -91,7 +91,7 @@ class CellTraces:
         if not self._wanted(cell):
             return None
         if self._cache is None:
-            from suite.plan.trace import TraceCache
+            from suite.plan.trace_cache import TraceCache
 
             self._cache = TraceCache()
         return self._cache.get(cell)

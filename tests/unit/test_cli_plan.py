@@ -24,7 +24,7 @@ FILE_KEYS = {"name", "description", "launcher", "device", "model", "seq_len", "s
 @pytest.mark.parametrize("name", ["zero-stages", "smoke", "vit-cifar10"])
 def test_plan_json_rows(cli, name):
     path = REPO / "scenarios" / f"{name}.yaml"
-    result = cli("plan", path, "--json")
+    result = cli("plan", path, "--json", "--no-trace")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     _, cells = load_cells(str(path))
@@ -42,7 +42,7 @@ def test_plan_json_rows(cli, name):
 
 
 def test_plan_json_fits_column_in_zero_stages(cli):
-    rows = json.loads(cli("plan", REPO / "scenarios" / "zero-stages.yaml", "--json").stdout)
+    rows = json.loads(cli("plan", REPO / "scenarios" / "zero-stages.yaml", "--json", "--no-trace").stdout)
     assert {r["fits"] for r in rows} == {True}  # GPT-2 small/medium at b=4 fit an 80 GB GPU
     by = {(r["settings"]["model"], r["settings"]["seq_len"], r["settings"]["strategy"], r["settings"]["gpus"]): r
           for r in rows}

@@ -11,7 +11,8 @@ import pytest
 
 from suite.plan import predict
 from suite.plan.search import max_micro_batch
-from suite.plan.trace import TraceCache, TraceError, check_traceable, trace_cell, trace_key
+from suite.plan.trace import TraceError, check_traceable, trace_cell, trace_key
+from suite.plan.trace_cache import TraceCache
 from suite.plan.trace_record import Trace, TraceFailure
 from suite.strategies import registry
 from suite.testing.builders import make_cell
@@ -90,7 +91,7 @@ def test_untraceable_strategy_is_refused_by_name(tmp_path, monkeypatch):
 def test_model_too_large_to_build_is_refused():
     deep = make_cell(**{**TINY, "model": {"family": "gpt", "layers": 600, "hidden": 64, "heads": 4, "vocab": 256,
                                           "max_seq_len": 64}})
-    with pytest.raises(TraceError, match="600 layers; a trace builds every layer and handles at most 512"):
+    with pytest.raises(TraceError, match="600 layers; a full trace builds every layer and handles at most 512"):
         check_traceable(deep)
 
 
@@ -140,7 +141,7 @@ def test_plan_trace_cli_json_and_table(cli, scenario):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--max-micro-batch"], "--max-micro-batch searches over traces: add --trace"),
+    (["--no-trace", "--max-micro-batch"], "--max-micro-batch searches over traces: drop --no-trace"),
     (["--trace", "--max-micro-batch", "--headroom", "1.5"], "--headroom 1.5 must be at least 0 and below 1"),
     (["--tracee"], "No such option"),
     (["--trace", "--headroom", "0.2"], "--headroom applies to --max-micro-batch only"),
@@ -160,9 +161,9 @@ def test_planner_without_trace_needs_no_torch():
 
 
 def test_max_micro_batch_without_device_size_is_refused_before_tracing(cli, tmp_path, monkeypatch):
-    from suite.plan import trace as trace_mod
+    from suite.plan import trace_cache
 
-    monkeypatch.setattr(trace_mod, "trace_cell", lambda cell: pytest.fail("traced before the request was checked"))
+    monkeypatch.setattr(trace_cache, "trace_cell", lambda cell: pytest.fail("traced before the request was checked"))
     path = tmp_path / "unsized.yaml"
     path.write_text("name: u\nmodel: gpt-tiny\nseq_len: 32\ngpus: 2\nmicro_batch_size: 2\nglobal_batch_size: 4\n")
     result = cli("plan", path, "--trace", "--max-micro-batch")

@@ -24,12 +24,19 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 # ------------------------------------------------------------------------------------------- closed value sets
-# Activation checkpointing modes, in the order the report lists them (least memory saved first).
-CHECKPOINTING = ("none", "selective", "full")
+# Activation checkpointing policies (suite/techniques/checkpointing.py), in the order the report lists them
+# (about least memory saved first): every-k checkpoints every k-th block in full (layer-level).
+CHECKPOINTING = ("none", "every-4", "every-2", "selective", "op-level", "full")
 # Numeric precision of a cell: parameters, compute and gradients (docs/parallelism.md).
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 
 _UNSET: Any = object()
+
+
+def checkpoint_every(mode: str) -> int | None:
+    """k for a layer-level policy "every-k" (every k-th block checkpointed in full), None for the others."""
+    head, _, k = mode.partition("-")
+    return int(k) if head == "every" and k.isdigit() else None
 
 
 @dataclass(frozen=True)

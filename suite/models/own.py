@@ -198,6 +198,13 @@ class HfShape(_Shape):
     def largest_layer_parameters(self) -> int:
         return self.vocab * (self.hidden or 1)
 
+    def matmuls(self) -> list[tuple[int, int, bool]]:
+        """One decoder layer's linear layers in forward order (Llama layout: q, k, v, o, gate, up, down): (in,
+        out, split by tensor parallelism)."""
+        h, f, d = self.hidden, self.ffn, self.head_dim
+        q, kv = self.heads * d, self.kv_heads * d
+        return [(h, q, True), (h, kv, True), (h, kv, True), (q, h, False), (h, f, True), (h, f, True), (f, h, False)]
+
     def formula_parameters(self) -> tuple[int, int]:
         """(model, block) parameters by the Llama-layout formula (analytic types; a test holds them equal to
         the built model's)."""

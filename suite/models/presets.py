@@ -63,6 +63,11 @@ class GptShape(_Shape):
             + f * h + h  # mlp down
         )
 
+    def matmuls(self) -> list[tuple[int, int, bool]]:
+        """One block's linear layers in forward order: (in, out, split by tensor parallelism)."""
+        h, f = self.hidden, self.ffn_size
+        return [(h, 3 * h, True), (h, h, False), (h, f, True), (f, h, False)]
+
     def num_parameters(self) -> int:
         h = self.hidden
         embeddings = self.vocab * h + self.max_seq_len * h  # token (tied with the head) + positions
@@ -99,6 +104,13 @@ class LlamaShape(_Shape):
         h, f = self.hidden, self.ffn
         kv = self.kv_heads * (h // self.heads)
         return h * h + 2 * h * kv + h * h + 3 * h * f + 2 * h  # q, k+v, o, gate/up/down, two RMSNorms
+
+    def matmuls(self) -> list[tuple[int, int, bool]]:
+        """One block's linear layers in forward order (q, k, v, o, gate, up, down): (in, out, split by tensor
+        parallelism)."""
+        h, f = self.hidden, self.ffn
+        kv = self.kv_heads * (h // self.heads)
+        return [(h, h, True), (h, kv, True), (h, kv, True), (h, h, False), (h, f, True), (h, f, True), (f, h, False)]
 
     def num_parameters(self) -> int:
         h = self.hidden  # embedding + untied head + final RMSNorm
@@ -139,6 +151,12 @@ class VitShape(_Shape):
         """Parameters of one encoder block (what FSDP all-gathers as one unit)."""
         h, m = self.hidden, self.mlp
         return 2 * h + 3 * h * h + 3 * h + h * h + h + 2 * h + h * m + m + m * h + h
+
+    def matmuls(self) -> list[tuple[int, int, bool]]:
+        """One encoder block's linear layers in forward order (in-projection, out-projection, MLP): (in, out,
+        split by tensor parallelism)."""
+        h, m = self.hidden, self.mlp
+        return [(h, 3 * h, True), (h, h, False), (h, m, True), (m, h, False)]
 
     def num_parameters(self) -> int:
         h = self.hidden

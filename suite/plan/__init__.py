@@ -24,6 +24,7 @@ from suite.plan.comm import comm_bytes_per_step
 from suite.plan.flops import flops_per_token
 from suite.plan.implemented import predict_memory
 from suite.plan.memory import MemoryBreakdown, activation_bytes, offloaded, shard_world, static_bytes
+from suite.plan.recompute import recompute_flops_per_token
 from suite.plan.tensor_parallel import per_rank_parameters, tp_comm_elements
 from suite.plan.trace_record import Trace, TraceFailure
 
@@ -49,6 +50,8 @@ class Prediction(BaseModel):
         "as-implemented", description="Which prediction `fits` and `fits_bytes` use.")
     fits_bytes: float = Field(0.0, description="The per-rank bytes `fits` compared with the device.")
     flops_per_token: float = Field(description="Training FLOPs per token: 6 x params + 12 x L x h x s.")
+    recompute_flops_per_token: float = Field(0.0, description="Forward FLOPs per token the checkpointing policy "
+                                             "reruns in backward (plan/recompute.py): hardware, not model, work.")
     comm_bytes_per_step: float = Field(description="Bytes each rank sends per optimizer step (see comm.py).")
 
 
@@ -88,6 +91,7 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
         fits_by=by,
         fits_bytes=nbytes,
         flops_per_token=flops_per_token(shape, cell.seq_len),
+        recompute_flops_per_token=recompute_flops_per_token(shape, cell.seq_len, cell.activation_checkpointing),
         comm_bytes_per_step=comm_bytes_per_step(psi_rank, cell.strategy, cell.precision,
                                                 cell.gpus // getattr(cell, "tensor_parallel", 1), cell.grad_accum,
                                                 shard=getattr(cell, "shard_size", None))

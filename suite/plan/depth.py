@@ -19,7 +19,10 @@ Within one phase the memory over the blocks it covers (all the middle blocks) is
 so its maximum sits at an end of the range — again affine in L.  For each phase the trace keeps its largest
 total, every tracker label at that moment, and each label's own largest value; these are traced at
 depths `SHALLOW` = (3, 4) — the smallest with a middle block at both — and carried to L along the line
-through the two.  The peak is the largest extrapolated phase total; the labels at the peak are that phase's;
+through the two.  A layer-level policy (every-k: every k-th block checkpointed) repeats with period k, so its
+two depths are k apart, congruent to L modulo k and deep enough for a middle block of each kind (L = 32,
+k = 4: 6 + 2 = 8 and 12; k = 2: 4 and 6): the wrapped and the plain
+blocks are phases of their own (the wrapper is in their module path), each in the same place relative to L.  The peak is the largest extrapolated phase total; the labels at the peak are that phase's;
 each label's peak is its largest extrapolated value.  Both shallow traces must name the same phases, or the
 extrapolation is refused (`DepthError`) and the caller traces in full.
 
@@ -35,15 +38,27 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from suite.axes import checkpoint_every
 from suite.strategies import registry
 
-SHALLOW = (3, 4)  # depths traced: the smallest pair with a middle block at both
+SHALLOW = (3, 4)  # depths traced: the smallest pair with a middle block at both (period 1)
 REBUILDABLE = ("gpt", "llama", "vit")  # families whose shape has a `layers` field the builders honour
 _STAGES = ("forward", "backward", "optimizer")
 
 
 class DepthError(Exception):
     """The two shallow traces do not line up (different phases): extrapolating would be a guess."""
+
+
+def shallow_depths(cell) -> tuple[int, int]:
+    """The two depths to trace: SHALLOW, or for a policy of period k the smallest d >= k + 2 (a plain and a
+    checkpointed middle block) with d = L (mod k), and d + k."""
+    k = checkpoint_every(cell.activation_checkpointing) or 1
+    if k == 1:
+        return SHALLOW
+    low = k + 2  # the first depth with both a plain and a checkpointed middle block
+    first = low + (cell.model.layers - low) % k
+    return first, first + k
 
 
 def why_full(cell) -> str | None:
@@ -54,7 +69,7 @@ def why_full(cell) -> str | None:
     spec = registry.get(cell.strategy)
     if not spec.depth_affine:
         return f"strategy {cell.strategy}: {spec.extra.get('not_depth_affine', 'per-rank bytes not affine in depth')}"
-    if cell.model.layers <= sum(SHALLOW):
+    if cell.model.layers <= sum(shallow_depths(cell)):
         return f"{cell.model.layers} layers: the full trace costs no more than two shallow ones"
     return None
 

@@ -30,7 +30,7 @@ why `fits` prefers a trace.
 
 from __future__ import annotations
 
-from suite.plan.memory import MemoryBreakdown, offloaded, shard_world
+from suite.plan.memory import MemoryBreakdown, layered, offloaded, op_level_layer_bytes, shard_world
 from suite.plan.tensor_parallel import per_rank_parameters, split_parameters
 from suite.strategies import registry
 
@@ -68,8 +68,9 @@ def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, 
         "none": s * b * h * interior * scale + logsumexp,
         "selective": s * b * h * interior * scale,  # the attention core (and its logsumexp) is recomputed
         "full": 2 * s * b * h * scale,
-    }[checkpointing]
-    return per_layer * layers + _loss_bytes(shape, s, b)
+        "op-level": op_level_layer_bytes(shape, s, b, precision, tp),
+    }
+    return layered(per_layer, checkpointing, layers) + _loss_bytes(shape, s, b)
 
 
 def _loss_bytes(shape, seq_len: int, micro_batch: int) -> float:

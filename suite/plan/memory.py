@@ -13,6 +13,8 @@ Activations (Korthikanti et al. 2022), bytes per layer with 16-bit activations, 
   none:      s b h (34 + 5 a s / h)     (the 5 a s / h term is the s x s attention scores, softmax, dropout)
   selective: s b h 34                   (attention core recomputed)
   full:      2 s b h                    (only each layer's input kept)
+  every-k:   L // k layers as full, the others as none (layer-level checkpointing)
+  op-level:  not in the paper (torchtitan's policy): the as-implemented bytes (plan/implemented.py)
 This is the textbook formula.  Fused attention (flash / memory-efficient SDPA) never materializes the s x s
 scores, so on GPUs `none` comes out well below it; suite measures the difference instead of hiding it.  For
 fp32 activations the bytes are doubled (every 16-bit tensor of the derivation is 4 bytes instead).
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from suite.axes import checkpoint_every
 from suite.strategies import registry
 
 # bytes per parameter per rank before sharding: (params, grads, master weights, optimizer states)
@@ -71,10 +74,33 @@ def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, 
     """Textbook activation bytes for one micro-batch over all layers (see the module docstring); with tensor
     parallelism t, Korthikanti et al.'s s b h (10 + 24 / t + 5 a s / (h t)) (plan/tensor_parallel.py)."""
     s, b, h, a, layers = seq_len, micro_batch, shape.hidden, shape.heads, shape.layers
+    scale = 2 if precision == "fp32" else 1
+    if checkpointing == "op-level":
+        return op_level_layer_bytes(shape, s, b, precision, tp) * layers
     per_layer = {
         "none": s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)),
         "selective": s * b * h * (10 + 24 / tp),
         "full": 2 * s * b * h,
-    }[checkpointing]
-    scale = 2 if precision == "fp32" else 1
-    return per_layer * layers * scale
+    }
+    return layered(per_layer, checkpointing, layers) * scale
+
+
+def layered(per_layer: dict[str, float], checkpointing: str, layers: int) -> float:
+    """All layers' bytes from one layer's under none / selective / full (and op-level when given): every-k
+    checkpoints L // k layers in full and leaves the others as none."""
+    every = checkpoint_every(checkpointing)
+    if every:
+        full = layers // every
+        return full * per_layer["full"] + (layers - full) * per_layer["none"]
+    return per_layer[checkpointing] * layers
+
+
+def op_level_layer_bytes(shape, seq_len: int, micro_batch: int, precision: str, tp: int = 1) -> float:
+    """One layer's saved bytes under the op-level policy (techniques/checkpointing.py): the block's input (fp32
+    residual stream under autocast, as the trace shows), the outputs of its odd-numbered matmuls and of the
+    attention kernel in the compute dtype, and the kernel's fp32 logsumexp.  Needs the shape's `matmuls()`."""
+    tokens = seq_len * micro_batch
+    compute = 4 if precision == "fp32" else 2
+    saved = sum(out / (tp if split else 1) for i, (_, out, split) in enumerate(shape.matmuls()) if i % 2 == 0)
+    attention = shape.hidden / tp
+    return tokens * (4 * shape.hidden + compute * (saved + attention) + 4 * shape.heads / tp)

@@ -29,6 +29,7 @@ def plan_rows(cells, trace: Callable[[Any], Trace | TraceFailure] | None = None)
             "fits_by": p.fits_by,
             "fits_bytes": p.fits_bytes,
             "flops_per_token": p.flops_per_token,
+            "recompute_flops_per_token": p.recompute_flops_per_token,
             "comm_bytes_per_step": p.comm_bytes_per_step,
         })
     return rows

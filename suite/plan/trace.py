@@ -32,7 +32,7 @@ import warnings
 from contextlib import contextmanager
 from typing import Any
 
-from suite.plan.depth import SHALLOW, DepthError, Shallow, extrapolate, why_full
+from suite.plan.depth import DepthError, Shallow, extrapolate, shallow_depths, why_full
 from suite.plan.trace_record import Trace, fold
 
 TRACE_STEPS = 2
@@ -162,10 +162,11 @@ def _extrapolated(cell, t0: float) -> Trace:
     """The trace of `cell` from its copies at depths SHALLOW, every phase carried to its depth."""
     import torch
 
-    check_traceable(cell, layers=max(SHALLOW))
+    depths = shallow_depths(cell)
+    check_traceable(cell, layers=max(depths))
     tcell = traced_cell(cell)
     shallow = []
-    for depth in SHALLOW:
+    for depth in depths:
         copy = tcell.model_copy(update={"model": tcell.model.model_copy(update={"layers": depth})})
         found = _run(cell, copy, phases=True)
         shallow.append((found, Shallow(depth=depth, phases=found["phases"], counted=found["counted"])))
@@ -176,7 +177,7 @@ def _extrapolated(cell, t0: float) -> Trace:
                  steps=TRACE_STEPS, micro_batches=tcell.grad_accum, device="cpu",
                  attention_kernel=last["attention_kernel"], notes=last["notes"],
                  seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__, method="extrapolated",
-                 depths=list(SHALLOW), peak_phase=got.phase)
+                 depths=list(depths), peak_phase=got.phase)
 
 
 def _run(cell, tcell, phases: bool = False) -> dict[str, Any]:

@@ -158,26 +158,38 @@ def trace_cell(cell, full: bool = False) -> Trace:
                  depths=[cell.model.layers], why_full=why)
 
 
-def _extrapolated(cell, t0: float) -> Trace:
-    """The trace of `cell` from its copies at depths SHALLOW, every phase carried to its depth."""
-    import torch
-
-    depths = shallow_depths(cell)
+def shallow_traces(cell, depths: tuple[int, int] | None = None) -> list[tuple[dict[str, Any], Shallow]]:
+    """`cell`'s model traced at `depths` (default: depth.shallow_depths) with every moment named by its phase:
+    (what run_traced found, its Shallow) per depth."""
+    depths = depths or shallow_depths(cell)
     check_traceable(cell, layers=max(depths))
     tcell = traced_cell(cell)
-    shallow = []
+    out = []
     for depth in depths:
         copy = tcell.model_copy(update={"model": tcell.model.model_copy(update={"layers": depth})})
         found = _run(cell, copy, phases=True)
-        shallow.append((found, Shallow(depth=depth, phases=found["phases"], counted=found["counted"])))
+        out.append((found, Shallow(depth=depth, phases=found["phases"], counted=found["counted"])))
+    return out
+
+
+def from_shallow(cell, shallow: list[tuple[dict[str, Any], Shallow]], seconds: float = 0.0) -> Trace:
+    """The Trace of `cell` at its own depth from two shallow traces (DepthError when they do not line up)."""
+    import torch
+
     got = extrapolate(shallow[0][1], shallow[1][1], cell.model.layers)
     last = shallow[-1][0]
     return Trace(peak=got.peak, at_peak=fold(got.at_peak), labels_at_peak=got.at_peak,
                  category_peaks=got.category_peaks, counted=got.counted, tracker=last["tracker"], world=cell.gpus,
-                 steps=TRACE_STEPS, micro_batches=tcell.grad_accum, device="cpu",
-                 attention_kernel=last["attention_kernel"], notes=last["notes"],
-                 seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__, method="extrapolated",
-                 depths=list(depths), peak_phase=got.phase)
+                 steps=TRACE_STEPS, micro_batches=min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES), device="cpu",
+                 attention_kernel=last["attention_kernel"], notes=last["notes"], seconds=round(seconds, 3),
+                 torch=torch.__version__, method="extrapolated", depths=[s.depth for _, s in shallow],
+                 peak_phase=got.phase)
+
+
+def _extrapolated(cell, t0: float) -> Trace:
+    """The trace of `cell` from its two shallow copies, every phase carried to its depth."""
+    shallow = shallow_traces(cell)
+    return from_shallow(cell, shallow, time.perf_counter() - t0)
 
 
 def _run(cell, tcell, phases: bool = False) -> dict[str, Any]:

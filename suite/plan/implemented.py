@@ -14,23 +14,26 @@ fp32 master copy in mixed precision.  The code differs, and this model follows t
   head) for all of forward and backward and `Holds.unsharded_blocks` blocks around it, in the compute dtype
   (a trace of llama3-8b zero3 on 8 ranks peaks at exactly root + 1 block: 2.36 GiB).  Counted under
   parameters.
-- Activations: the models call fused SDPA, which saves the attention output and one logsumexp per query
-  (4 bytes x s x b x a), never the s x s scores, softmax and dropout mask the textbook's 5 a s / h term
-  counts.  So: the textbook's per-layer bytes without that term, plus the logsumexp, plus what the loss
-  saves: the log-probabilities over the vocabulary in fp32 (4 x s x b x vocab; the models compute the loss in
-  fp32).
+- Activations: what each block keeps for backward, counted from the models' code per policy
+  (`layer_bytes_per_token`): the models call fused SDPA, which saves q, k, v, its output and one fp32
+  logsumexp per query, never the s x s scores the textbook's 5 a s / h term counts; under autocast the
+  residual stream and the norms stay fp32 and each matmul's weight is cast to 16 bits and kept; FSDP2's
+  param_dtype computes everything in 16 bits.  Plus what the loss saves: the fp32 log-probabilities over
+  the vocabulary.
+- The moment of the peak: the start of backward, where the loss's backward holds the fp32 gradients of the
+  log-probabilities and the logits (`temporaries`), and FSDP2's gradients do not exist yet in a step of
+  one micro-batch (`gradients_absent_at_peak`, left out of the total); or, under autocast with
+  checkpointing, the end of forward, where autocast's cache holds a 16-bit copy of every weight.
 
-What it leaves out, and the trace (trace.py) sees: backward's temporaries (the logits' gradient, each
-matmul's input gradient), collective and bucket buffers, the optimizer step's temporaries, and that under
-autocast part of a block's saved tensors (the residual stream, norm outputs) stay fp32 while the
-Korthikanti count assumes 16 bits.  It is a floor, not a peak: for gpt2-small (seq 1024, micro-batch 8,
-bf16-mixed, 1 rank) it says 5.8 GiB without checkpointing where the trace peaks at 9.3 GiB.  That is
-why `fits` prefers a trace.
+Against the traced peak of llama3-8b on 8 ranks (ddp, zero1, zero2, zero3 x every policy, bf16) it is
+within 3.4% (low: the backward temporaries of a block and the optimizer step's are not counted); the
+textbook is 0.5 to 2.3 times the trace.  `fits` still prefers the trace: it is the code, not a model of it.
 """
 
 from __future__ import annotations
 
-from suite.plan.memory import MemoryBreakdown, layered, offloaded, op_level_layer_bytes, shard_world
+from suite.axes import checkpoint_every
+from suite.plan.memory import MemoryBreakdown, layered, offloaded, shard_world
 from suite.plan.tensor_parallel import per_rank_parameters, split_parameters
 from suite.strategies import registry
 
@@ -56,21 +59,94 @@ def unsharded_bytes(shape, strategy: str, precision: str, tp: int = 1) -> float:
     return (2 if precision != "fp32" else 4) * (root + blocks * block)
 
 
+def forward_dtypes(strategy: str | None, precision: str) -> tuple[int, int, bool]:
+    """(bytes of the residual stream, bytes of a matmul's output, whether autocast casts fp32 weights) in a
+    cell's forward: fp32 is 4, 4; a strategy that computes with 16-bit parameters (FSDP2's param_dtype, the
+    hand-written ZeRO's 16-bit buffers) is 2, 2; autocast over fp32 parameters keeps the residual stream and the
+    norms in fp32 and casts every weight to 16 bits for its matmul."""
+    if precision == "fp32":
+        return 4, 4, False
+    holds = registry.get(strategy).holds(precision) if strategy else None
+    if holds is not None and (holds.unsharded_blocks or sum(holds.parameters) == 2):
+        return 2, 2, False
+    return 4, 2, True
+
+
+def layer_bytes_per_token(shape, mode: str, r: int, c: int, tp: int = 1) -> float:
+    """What one block keeps for backward, per token, under `mode` (none, selective, op-level, full): r, c from
+    forward_dtypes.  Counted from the code (models/llama.py, gpt.py):
+
+      none       the two norms' inputs (r h each) and their outputs as the next matmuls' inputs (c h each), the
+                 attention kernel's q, k, v (k and v repeated to all heads), output and fp32 logsumexp (4 c h +
+                 4 a), the output projection's input (c h, a reshaped copy), the MLP's intermediates (llama:
+                 gate, silu(gate), up, their product: 4 c f; gpt: the up projection's output and its GeLU: 2 c f),
+                 the norms' fp32 statistics (8)
+      selective  the block's input (r h) and every matmul's output
+      op-level   the block's input, the odd-numbered matmuls' outputs, the attention output and its logsumexp
+      full       the block's input
+    plus, for llama, the rotary tables each block keeps (4 x head_dim) and without checkpointing the fp32
+    rotary's copies of q and k."""
+    h, a = shape.hidden / tp, shape.heads / tp
+    mm = [(out / (tp if split else 1)) for _, out, split in shape.matmuls()]
+    llama = getattr(shape, "family", None) in ("llama", "hf")
+    rotary = 4 * (shape.hidden // shape.heads) if llama else 0
+    if mode == "none":
+        f = mm[-2]  # the MLP's inner width (per rank under tensor parallelism)
+        mlp = 4 * c * f if llama else 2 * c * f
+        # llama's rotary embedding runs in fp32: q and k are kept as fp32 copies twice (x.float() and its
+        # rotation; measured on the trace), with the tables
+        fp32_rotary = 2 * 4 * (mm[0] + mm[1]) + rotary if llama else 0
+        return 2 * r * shape.hidden + 7 * c * h + mlp + 4 * a + 8 + fp32_rotary
+    if mode == "selective":
+        return r * shape.hidden + c * sum(mm) + rotary
+    if mode == "op-level":
+        return r * shape.hidden + c * (sum(mm[0::2]) + h) + 4 * a + rotary
+    if mode == "full":
+        return r * shape.hidden + rotary
+    raise ValueError(f"no per-block bytes for activation_checkpointing {mode!r}")
+
+
 def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, precision: str,
-                     tp: int = 1) -> float:
-    """Activation bytes for one micro-batch over all layers with fused attention (see the module docstring);
-    tensor parallelism t splits the block interiors (24 of the 34) and the heads (plan/tensor_parallel.py)."""
-    s, b, h, a, layers = seq_len, micro_batch, shape.hidden, shape.heads, shape.layers
-    scale = 2 if precision == "fp32" else 1
-    logsumexp = 4 * s * b * a / tp  # fp32, one per query and (local) head
-    interior = 10 + 24 / tp
-    per_layer = {
-        "none": s * b * h * interior * scale + logsumexp,
-        "selective": s * b * h * interior * scale,  # the attention core (and its logsumexp) is recomputed
-        "full": 2 * s * b * h * scale,
-        "op-level": op_level_layer_bytes(shape, s, b, precision, tp),
-    }
-    return layered(per_layer, checkpointing, layers) + _loss_bytes(shape, s, b)
+                     tp: int = 1, strategy: str | None = None) -> float:
+    """Activation bytes for one micro-batch over all layers (see layer_bytes_per_token), the fp32
+    log-probabilities the loss saves, and under autocast the 16-bit copy of every matmul weight that blocks
+    without checkpointing keep for backward."""
+    r, c, autocast = forward_dtypes(strategy, precision)
+    tokens = seq_len * micro_batch
+    per_layer = {mode: tokens * layer_bytes_per_token(shape, mode, r, c, tp)
+                 for mode in ("none", "selective", "op-level", "full")}
+    if autocast:  # the weight copies live as long as the block's saved tensors; recomputed when checkpointed
+        per_layer["none"] += 2 * sum(i * o / (tp if split else 1) for i, o, split in shape.matmuls())
+    head = 2 * shape.hidden * getattr(shape, "vocab", 0) if autocast else 0
+    return layered(per_layer, checkpointing, shape.layers) + _loss_bytes(shape, seq_len, micro_batch) + head
+
+
+def loss_temporaries(shape, seq_len: int, micro_batch: int) -> float:
+    """What the loss's backward holds at once as it starts: the gradients of the log-probabilities and of the
+    logits, both fp32 over the vocabulary (the peak of most cells falls here)."""
+    vocab = getattr(shape, "vocab", None)
+    return 8 * micro_batch * seq_len * vocab if vocab else 0.0
+
+
+def autocast_copies(shape, checkpointing: str, strategy: str | None, precision: str, tp: int = 1) -> float:
+    """Under autocast, the 16-bit copies of the checkpointed blocks' weights: autocast caches every weight it
+    casts until its region ends, so at the end of forward all of them are alive (the blocks without
+    checkpointing keep theirs for backward anyway: activation_bytes counts those)."""
+    if not forward_dtypes(strategy, precision)[2] or checkpointing == "none":
+        return 0.0
+    block = 2 * sum(i * o / (tp if split else 1) for i, o, split in shape.matmuls())
+    every = checkpoint_every(checkpointing)
+    return block * (shape.layers // every if every else shape.layers)
+
+
+def peak_extra(cell) -> tuple[float, str]:
+    """What the peak holds beyond the saved activations and the static bytes, and where it falls: the start of
+    backward (the loss's gradients) or, under autocast with checkpointing, the end of forward (the weight
+    copies autocast caches)."""
+    tp = getattr(cell, "tensor_parallel", 1)
+    temps = loss_temporaries(cell.model, cell.seq_len, cell.micro_batch_size)
+    copies = autocast_copies(cell.model, cell.activation_checkpointing, cell.strategy, cell.precision, tp)
+    return (copies, "end of forward") if copies > temps else (temps, "start of backward")
 
 
 def _loss_bytes(shape, seq_len: int, micro_batch: int) -> float:
@@ -87,5 +163,12 @@ def predict_memory(cell) -> MemoryBreakdown:
     working = unsharded_bytes(cell.model, cell.strategy, cell.precision, tp)  # on the device, offloaded or not
     static["parameters"] += working
     acts = activation_bytes(cell.model, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
-                            cell.precision, tp)
-    return offloaded(static, cell.strategy, working, acts)
+                            cell.precision, tp, cell.strategy)
+    out = offloaded(static, cell.strategy, working, acts)
+    temps, _ = peak_extra(cell)
+    # At the peak (the start of backward or the end of forward) FSDP2's gradients are None when a step has one
+    # micro-batch: zero_grad set them to None and backward has not made them yet
+    spec = registry.get(cell.strategy)  # (offloaded gradients are host bytes: never in the device total)
+    absent = out.gradients if cell.grad_accum == 1 and not spec.keeps_gradients and not spec.offload else 0.0
+    return out.model_copy(update={"temporaries": temps, "total": out.total + temps - absent,
+                                  "gradients_absent_at_peak": absent})

@@ -39,6 +39,8 @@ class MemoryBreakdown(BaseModel):
     activations: float
     total: float  # on the device: everything above but the host bytes
     host: float = 0.0  # CPU offload: bytes of the above kept in host memory (not in total)
+    temporaries: float = 0.0  # as implemented: the loss's gradients or autocast's weight copies at the peak
+    gradients_absent_at_peak: float = 0.0  # as implemented: gradients not yet made at the peak (not in total)
 
 
 def offloaded(static: dict[str, float], strategy: str, device_extra: float, activations: float) -> MemoryBreakdown:

@@ -110,6 +110,9 @@ class StrategySpec:
     # rank 0's bytes at every moment of a step are affine in the model's depth, so a trace of two shallow copies
     # extrapolates (plan/depth.py); False: traced in full, extra["not_depth_affine"] says why
     depth_affine: bool = True
+    # its gradients stay allocated between optimizer steps (DDP's bucket views, flat buffers); False: set to None
+    # by zero_grad and made again in backward (FSDP2), so a peak at the start of backward holds none of them
+    keeps_gradients: bool = True
     holds_fp32: Holds | None = None  # as implemented in fp32 (None: FP32_HOLDS of its family)
     holds_mixed: Holds | None = None  # in bf16/fp16-mixed (None: as in fp32, which is what autocast does)
     # shards within groups of the cell's shard_size ranks and replicates across groups (HSDP): its sharded
@@ -162,21 +165,21 @@ BUILTIN: tuple[StrategySpec, ...] = (
     StrategySpec("zero2", "zero2", "suite.strategies.fsdp:apply",
                  Comm(2, pattern="reduce-scatter of gradients + all-gather of parameters"),
                  "FSDP2 with reshard_after_forward=False: gradients and optimizer states sharded",
-                 holds_fp32=_FSDP2_ZERO2[0], holds_mixed=_FSDP2_ZERO2[1]),
+                 holds_fp32=_FSDP2_ZERO2[0], holds_mixed=_FSDP2_ZERO2[1], keeps_gradients=False),
     StrategySpec("zero3", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "FSDP2 with reshard_after_forward=True: parameters, gradients and optimizer states sharded",
-                 aliases=("fsdp",), tensor_parallel=True),
+                 aliases=("fsdp",), tensor_parallel=True, keeps_gradients=False),
     StrategySpec("hsdp", "zero3", "suite.strategies.fsdp:apply", _HSDP,
                  "FSDP2 on a 2-D mesh (replicate x shard): zero3 within each shard group of shard_size ranks, "
                  "replicated across groups", shard_group=True, tensor_parallel=True, checkpointable=False,
-                 extra={"not_checkpointable": _UNTESTED}),
+                 extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False),
     StrategySpec("zero3-offload", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "zero3 with FSDP2's CPUOffloadPolicy: sharded parameters, gradients and the optimizer step on "
                  "the host; host-device copies in place of device memory", offload=True, checkpointable=False,
-                 extra={"not_checkpointable": _UNTESTED}),
+                 extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False),
     StrategySpec("hsdp-offload", "zero3", "suite.strategies.fsdp:apply", _HSDP,
                  "hsdp with FSDP2's CPUOffloadPolicy (as zero3-offload, within shard groups)", shard_group=True,
-                 offload=True, checkpointable=False, extra={"not_checkpointable": _UNTESTED}),
+                 offload=True, checkpointable=False, extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False),
     StrategySpec("scratch-dp", "dp", "suite.strategies.scratch.dp:apply", _DP,
                  "hand-written: all-reduce every gradient after backward", twin="ddp"),
     StrategySpec("scratch-dp-overlap", "dp", "suite.strategies.scratch.dp_overlap:apply", _DP,

@@ -14,7 +14,8 @@ from suite.scenario import load_cells, Scenario
 REPO = Path(__file__).resolve().parents[2]
 ROW_KEYS = {"cell", "settings", "num_parameters", "memory_bytes", "as_implemented", "analytic", "host_bytes", "traced", "trace_error", "fits",
             "fits_by", "fits_bytes", "flops_per_token", "recompute_flops_per_token", "comm_bytes_per_step"}
-MEMORY_KEYS = {"parameters", "gradients", "optimizer_states", "master_weights", "activations", "total", "host"}
+MEMORY_KEYS = {"parameters", "gradients", "optimizer_states", "master_weights", "activations", "total", "host",
+               "temporaries", "gradients_absent_at_peak"}
 # The keys the issue fixes for scenario files (users and CI scripts write them).
 FILE_KEYS = {"name", "description", "launcher", "device", "model", "seq_len", "strategy", "activation_checkpointing",
              "precision", "gpus", "nodes", "micro_batch_size", "global_batch_size", "steps", "warmup_steps", "repeats",

@@ -53,8 +53,26 @@ def test_fused_attention_drops_the_quadratic_term():
     p = predict(cell)
     s, h, a, layers = 4096, 4096, 32, 32
     assert p.memory_bytes.activations == pytest.approx(s * h * (34 + 5 * a * s / h) * layers)
-    vocab = 128256  # + the fp32 log-probabilities the loss saves
-    assert p.as_implemented.activations == pytest.approx((s * h * 34 + 4 * s * a) * layers + 4 * s * vocab)
+    # fused attention keeps O(s) per head: every as-implemented term is linear in the sequence
+    longer = predict(cell.model_copy(update={"seq_len": 2 * s}))
+    assert longer.as_implemented.activations == pytest.approx(2 * p.as_implemented.activations)
+    assert longer.memory_bytes.activations > 2.5 * p.memory_bytes.activations
+
+
+SMALL_LLAMA = {"family": "llama", "layers": 8, "hidden": 512, "heads": 8, "kv_heads": 2, "ffn": 1792,
+               "vocab": 8192}
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3"])
+def test_as_implemented_is_within_10_percent_of_the_trace(strategy):
+    """Without a trace, the as-implemented total (saved tensors counted from the code, the loss's gradients or
+    autocast's weight copies at the peak, FSDP2's gradients absent there) is within 10% of the traced peak, for
+    every policy: the closing note of issue 32 has the same check at llama3-8b scale (within 3.4%)."""
+    for policy in ("none", "every-2", "selective", "op-level", "full"):
+        cell = make_cell(model=SMALL_LLAMA, seq_len=512, strategy=strategy, activation_checkpointing=policy,
+                         precision="bf16-mixed", gpus=8, micro_batch_size=1, global_batch_size=8)
+        traced, guess = trace_cell(cell).peak, predict(cell).as_implemented.total
+        assert abs(guess - traced) <= 0.10 * traced, (policy, guess, traced, guess / traced)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])

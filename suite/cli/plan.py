@@ -145,7 +145,9 @@ def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bo
     cols = COLUMNS + (["max mbs"] if max_micro_batch else [])
     # columns only some scenarios need: hsdp's shard group, a seed axis (cells that differ by the seed alone),
     # offload's host bytes (inserted right to left, so each index is still the one of COLUMNS)
-    extra = (("as implemented", "host", lambda r: nbytes(r["host_bytes"]),
+    extra = (("FLOPs/token", "recompute", lambda r: si(r["recompute_flops_per_token"]),
+              lambda vs: vs != {si(0)}),
+             ("as implemented", "host", lambda r: nbytes(r["host_bytes"]),
               lambda vs: vs != {nbytes(0)}),
              ("gbs", "seed", lambda r: r["settings"]["seed"], lambda vs: len(vs) > 1),
              ("gpus", "tp", lambda r: r["settings"].get("tensor_parallel", 1), lambda vs: vs != {1}),
@@ -186,8 +188,9 @@ def _answer(a: dict) -> str:
     if a["error"]:
         return "untraced"
     if a["micro_batch_size"] is None:
-        return "none (1 does not fit)"
-    return f"{a['micro_batch_size']}{'+' if a['capped'] else ''} ({nbytes(a['peak'])})"
+        return f"none (1: {nbytes(a['next_peak'])} > {nbytes(a['limit'])})"
+    nxt = f"; {a['next_micro_batch']}: {nbytes(a['next_peak'])} > {nbytes(a['limit'])}" if a["next_peak"] else ""
+    return f"{a['micro_batch_size']}{'+' if a['capped'] else ''} ({nbytes(a['peak'])}{nxt})"
 
 
 def _notes(rows: list[dict], headroom: float | None) -> list[str]:
@@ -196,8 +199,13 @@ def _notes(rows: list[dict], headroom: float | None) -> list[str]:
              "the code holds (fp32 parameters under autocast, fused attention); traced: peak of the real code "
              "on fake tensors (rank 0). fits uses the traced peak when there is one."]
     if headroom is not None:
-        notes.append(f"max mbs: largest micro-batch whose traced peak <= gpu_memory_gb x (1 - {headroom:g}) "
-                     "(headroom for the CUDA context, NCCL buffers, allocator fragmentation); + : search capped")
+        notes.append(f"max mbs: largest micro-batch whose traced peak <= gpu_memory_gb x (1 - {headroom:g}), then "
+                     "the next micro-batch's peak and the limit it misses; a trace counts allocated bytes, the "
+                     "headroom covers what the CUDA caching allocator reserves beyond them, the CUDA context and "
+                     "NCCL buffers (plan/search.py); + : search capped")
+    if any(r["recompute_flops_per_token"] for r in rows):
+        notes.append("recompute: forward FLOPs per token the checkpointing policy reruns in backward (hardware "
+                     "work: HFU counts it, MFU does not; plan/recompute.py)")
     if any(r["host_bytes"] for r in rows):
         notes.append("host: bytes an offloading strategy keeps in host memory (not in the device totals); *: the "
                      "traced peak less those bytes (a CPU trace sees host and device as one memory)")

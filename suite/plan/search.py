@@ -5,8 +5,14 @@ peak grows with the micro-batch (activations and temporaries scale with it, noth
 the micro-batch from 1 until a trace does not fit, then bisect between the last fit and the first misfit —
 about 2 log2(answer) traces per cell, each cached by its shape.
 
-The limit is `gpu_memory_gb x 1e9 x (1 - headroom)`: the headroom is what the trace cannot see (the CUDA
-context, NCCL's buffers, the caching allocator's rounding and fragmentation).
+The limit is `gpu_memory_gb x 1e9 x (1 - headroom)`: the headroom is what the trace cannot see.  A trace
+counts the bytes tensors hold — what `torch.cuda.max_memory_allocated` reports on a GPU.  The device must also
+hold what the caching allocator *reserves* beyond that (`max_memory_reserved`: 2 MiB / 20 MiB block rounding,
+blocks freed but kept for reuse, fragmentation; typically 5-15% more in training), the CUDA context and
+kernels (about 0.5-1 GB) and NCCL's buffers.  The default 0.1 covers the usual case; the GPU check records
+allocated and reserved peaks side by side for the cells it runs, to size it.  Each answer also gives the
+traced peak at the next micro-batch — the one that did not fit — so the margin is visible, and the search
+runs on the fast traces and the trace cache (a second search of the same shapes traces nothing).
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ class MicroBatchAnswer(BaseModel):
     headroom: float
     traces: list[tuple[int, int | None]] = Field(description="(micro-batch, traced peak) in the order tried.")
     capped: bool = Field(False, description="True when the search stopped at MAX_SEARCH_MICRO_BATCH.")
+    next_micro_batch: int | None = Field(None, description="The micro-batch one above the answer (the smallest "
+                                         "that does not fit), when traced.")
+    next_peak: int | None = Field(None, description="Its traced peak, bytes: above `limit`.")
     error: str | None = None
 
 
@@ -57,7 +66,8 @@ def max_micro_batch(cell, get: Callable[[object], Trace | TraceFailure], headroo
     answer = dict(limit=limit, headroom=headroom, traces=tried)
     try:
         if peak(1) > limit:
-            return MicroBatchAnswer(micro_batch_size=None, peak=None, **answer)
+            return MicroBatchAnswer(micro_batch_size=None, peak=None, next_micro_batch=1, next_peak=_peak_of(tried, 1),
+                                    **answer)
         good, bad = 1, None
         while bad is None:  # double until a misfit (or the cap)
             if good * 2 > MAX_SEARCH_MICRO_BATCH:
@@ -71,7 +81,8 @@ def max_micro_batch(cell, get: Callable[[object], Trace | TraceFailure], headroo
             good, bad = (mid, bad) if peak(mid) <= limit else (good, mid)
     except _Failed as exc:
         return MicroBatchAnswer(micro_batch_size=None, peak=None, error=str(exc), **answer)
-    return MicroBatchAnswer(micro_batch_size=good, peak=_peak_of(tried, good), **answer)
+    return MicroBatchAnswer(micro_batch_size=good, peak=_peak_of(tried, good), next_micro_batch=bad,
+                            next_peak=_peak_of(tried, bad), **answer)
 
 
 class _Failed(Exception):

@@ -19,7 +19,8 @@ them with `pip --no-index --no-deps --target` into a folder of their own and run
     install      wheels -> target folder (checksums first)
     import       every suite module imports; versions, torch against the pinned one -> versions.txt
     plan         suite validate + suite plan of the GPU scenarios -> plan.txt
-    cells        scenarios/gpu-check.yaml: gpt2-small bf16, 1 GPU, checkpointing none / selective / full
+    cells        scenarios/gpu-check.yaml: gpt2-small bf16, 1 GPU, every checkpointing policy (CUDA allocated and
+                 reserved peaks beside the trace)
                  (MFU with its accounting, CUDA peaks beside the planner's textbook, as-implemented and
                  traced predictions)
     harness      suite's step against the bare loop (bare_loop.py), same cell, same process -> harness.json

@@ -112,6 +112,7 @@ def test_max_micro_batch_bisects_to_the_largest_fit():
     answer = max_micro_batch(cell, cache.get, headroom=0.1)  # limit 900 MB
     assert answer.micro_batch_size == 9 and answer.peak == 900e6 and answer.limit == pytest.approx(900e6)
     assert [m for m, _ in answer.traces] == [1, 2, 4, 8, 16, 12, 10, 9]
+    assert answer.next_micro_batch == 10 and answer.next_peak == 1000e6  # the first misfit, and by how much
     none = max_micro_batch(cell.model_copy(update={"gpu_memory_gb": 0.05}), cache.get, headroom=0.1)
     assert none.micro_batch_size is None
     with pytest.raises(ValueError, match="--headroom 1 must be at least 0 and below 1"):

@@ -2,8 +2,8 @@
 
 A trace depends on the cell's shape (trace.trace_key: model, sequence, strategy, checkpointing, precision,
 ranks, micro-batch, ...), on suite's code and on torch.  The disk key hashes all three: the code's digest is
-the digest of every .py file of the suite package, so any change to suite — a strategy, the tracker, a model —
-misses the cache instead of answering from an older code's trace.  A model built by your own factory (code
+the digest of every .py file of the suite packages a trace runs (TRACED_CODE), so a change to a strategy, the
+tracker or a model misses the cache instead of answering from an older code's trace.  A model built by your own factory (code
 outside suite, which can change without the key knowing) is cached in memory only.
 
     $SUITE_CACHE_DIR/traces/<key>.json      (default: $XDG_CACHE_HOME/suite or ~/.cache/suite)
@@ -41,12 +41,18 @@ def cache_root() -> Path:
     return Path(base) / "suite"
 
 
+# The packages whose code a trace runs (the rest — report, compare, publish, cli, runner, launch — cannot change
+# a trace; editing them keeps the cache)
+TRACED_CODE = ("models", "strategies", "techniques", "worker", "plan", "data", "scenario", "results", "gates")
+
+
 @lru_cache(maxsize=1)
 def code_digest() -> str:
-    """A digest of suite's own source (every .py file under the package, by relative path)."""
+    """A digest of the suite source a trace runs: suite's top-level modules and the TRACED_CODE packages."""
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
+    files = [*root.glob("*.py"), *(p for pkg in TRACED_CODE for p in (root / pkg).rglob("*.py"))]
+    for path in sorted(files):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 

@@ -3,7 +3,7 @@ run on 2 real gloo ranks with the MemTracker peaks pass (measure_peaks), fp32.
 
 What must hold: the traced static categories equal the bytes the real run counts (count_bytes), exactly,
 and the traced peak is within 5% of the measured MemTracker peak.  A representative slice runs here (every
-strategy once, each checkpointing mode for several, gpt and llama); scripts/trace-vs-measured runs the whole
+strategy once, each checkpointing policy for several, gpt and llama); scripts/trace-vs-measured runs the whole
 product (every strategy x none/selective/full x gpt/llama) and its numbers are in results/traces/.
 
 Known gap: scratch-zero2's measured peak is 12.5% above its trace on gloo (traced / measured = 0.889 for every
@@ -29,7 +29,9 @@ KNOWN_GAP = {"scratch-zero2": (0.87, 0.91)}
 
 SLICE = ([("gpt-tiny", s, "none") for s in registry.names()]
          + [("llama-tiny", s, "selective") for s in registry.names()]
-         + [("llama-tiny", s, "full") for s in ("ddp", "zero2", "zero3", "scratch-zero3")])
+         + [("llama-tiny", s, "full") for s in ("ddp", "zero2", "zero3", "scratch-zero3")]
+         + [("llama-tiny", s, "op-level") for s in ("ddp", "zero1", "zero2", "zero3", "scratch-zero3")]
+         + [("gpt-tiny", s, "every-2") for s in ("ddp", "zero2", "zero3")])
 
 
 @pytest.fixture(scope="module")

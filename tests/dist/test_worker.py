@@ -18,6 +18,7 @@ from suite.worker.main import run_worker
 
 TINY_VIT = {"family": "vit", "image_size": 16, "patch_size": 4, "layers": 2, "heads": 4, "hidden": 64, "mlp": 128}
 NO_SEQ = {"seq_len": None}
+LLAMA4 = {"family": "llama", "layers": 4, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 172, "vocab": 256}
 
 # name -> overrides of builders.BASE (gpt-tiny, seq 32, micro-batch 2, global batch 4 = no accumulation at 2 ranks)
 A2 = {"global_batch_size": 8}  # 2 micro-batches per rank per step
@@ -33,6 +34,11 @@ GROUP = {
     "zero3-none": dict(strategy="zero3", measure_peaks=True),
     "zero3-a2-selective": dict(strategy="zero3", activation_checkpointing="selective", **A2),
     "llama-zero3-a2-full": dict(model="llama-tiny", strategy="zero3", activation_checkpointing="full", **A2),
+    # the other checkpointing policies (techniques/checkpointing.py): the same mathematics as none
+    "ddp-op-level": dict(strategy="ddp", activation_checkpointing="op-level", measure_peaks=True),
+    "zero3-every-2": dict(strategy="zero3", activation_checkpointing="every-2", measure_peaks=True),
+    "llama-zero2-a2-op-level": dict(model="llama-tiny", strategy="zero2", activation_checkpointing="op-level", **A2),
+    "llama4-ddp-every-4": dict(model=LLAMA4, strategy="ddp", activation_checkpointing="every-4"),
     "vit-zero2": dict(model=TINY_VIT, strategy="zero2", steps=2, **NO_SEQ),
     "bf16-ddp": dict(precision="bf16-mixed", strategy="ddp", steps=2),
     "bf16-zero3": dict(precision="bf16-mixed", strategy="zero3", steps=2),

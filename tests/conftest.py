@@ -66,18 +66,8 @@ def cli():
     return invoke
 
 
-def pytest_configure(config):
-    """Every test (and every process a test starts) uses a fresh trace cache of its own, never the user's
-    ~/.cache/suite: a trace found there would hide what the code under test computes."""
-    import os
-    import tempfile
-
-    config._suite_cache = tempfile.mkdtemp(prefix="suite-test-cache-")
-    os.environ["SUITE_CACHE_DIR"] = config._suite_cache
-
-
-def pytest_unconfigure(config):
-    import shutil
-
-    if getattr(config, "_suite_cache", None):
-        shutil.rmtree(config._suite_cache, ignore_errors=True)
+@pytest.fixture(autouse=True)
+def _own_trace_cache(tmp_path_factory, monkeypatch):
+    """Every test (and every process a test starts) has a trace cache of its own, never the user's
+    ~/.cache/suite nor another test's: a trace found there would hide what the code under test computes."""
+    monkeypatch.setenv("SUITE_CACHE_DIR", str(tmp_path_factory.mktemp("trace-cache")))

@@ -26,7 +26,8 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from suite.plan.trace import TraceError, cell_notes, trace_cell, trace_key
+from suite.plan import trace as tracing
+from suite.plan.trace import TraceError, cell_notes, trace_key
 from suite.plan.trace_record import Trace, TraceFailure
 
 MAX_ENTRY_BYTES = 4 * 2**20
@@ -87,7 +88,7 @@ class TraceCache:
         """`trace`: the tracer (None: trace_cell).  `disk`: a cache root, True for cache_root(), False for
         memory only; None: cache_root() for the real tracer, memory only for another one (a test's stand-in
         must never leave traces a real plan would read)."""
-        self._trace = trace
+        self._trace = trace  # None: tracing.trace_cell, looked up at each call
         self._by_key: dict[str, Trace | TraceFailure] = {}
         if disk is None:
             disk = trace is None
@@ -119,7 +120,7 @@ class TraceCache:
             else:
                 self.counts["traced"] += 1
                 try:
-                    found = (self._trace or trace_cell)(cell)
+                    found = (self._trace or tracing.trace_cell)(cell)
                     self.traced_seconds += found.seconds
                     self._save(cell, found)
                 except TraceError as exc:

@@ -162,9 +162,9 @@ def test_planner_without_trace_needs_no_torch():
 
 
 def test_max_micro_batch_without_device_size_is_refused_before_tracing(cli, tmp_path, monkeypatch):
-    from suite.plan import trace_cache
+    from suite.plan import trace as trace_mod
 
-    monkeypatch.setattr(trace_cache, "trace_cell", lambda cell: pytest.fail("traced before the request was checked"))
+    monkeypatch.setattr(trace_mod, "trace_cell", lambda cell: pytest.fail("traced before the request was checked"))
     path = tmp_path / "unsized.yaml"
     path.write_text("name: u\nmodel: gpt-tiny\nseq_len: 32\ngpus: 2\nmicro_batch_size: 2\nglobal_batch_size: 4\n")
     result = cli("plan", path, "--trace", "--max-micro-batch")
@@ -197,3 +197,29 @@ def test_notes_that_depend_on_the_cell_are_added_after_the_cache():
     assert cache.traced == 1 and len(notes) == 3
     assert any("compile: off" in n for n in notes) and any("2 of the cell's 8 micro-batches" in n for n in notes)
     assert any("foreach implementation" in n for n in notes) and cache.get(plain).notes == []
+
+
+def test_disk_cache_answers_a_second_plan_and_survives_hostile_files(tmp_path):
+    """A trace is kept on disk: a new cache (a second `suite plan`) reads it instead of tracing; a damaged or
+    oversized file is a miss that is counted and overwritten, never an error."""
+    from suite.plan.trace_cache import MAX_ENTRY_BYTES, disk_key
+
+    cell = make_cell(**TINY)
+    first = TraceCache(_fake_trace(lambda c: 7), disk=tmp_path)
+    assert first.get(cell).peak == 7 and first.counts["traced"] == 1
+    second = TraceCache(_fake_trace(lambda c: pytest.fail("traced although the disk has it")), disk=tmp_path)
+    assert second.has(cell) and second.get(cell).peak == 7 and second.counts == {**second.counts, "disk": 1}
+    path = tmp_path / "traces" / f"{disk_key(cell)}.json"
+    for hostile in (b"{not json", b'{"format": 1, "trace": {"peak": "x"}}', b"[" * 100_000,
+                    b" " * (MAX_ENTRY_BYTES + 1)):
+        path.write_bytes(hostile)
+        third = TraceCache(_fake_trace(lambda c: 9), disk=tmp_path)
+        assert third.get(cell).peak == 9 and third.counts["unreadable"] == 1 and third.counts["traced"] == 1
+        assert json.loads(path.read_text())["trace"]["peak"] == 9  # overwritten by the new trace
+
+
+def test_disk_key_changes_with_the_shape_only():
+    from suite.plan.trace_cache import disk_key
+
+    assert disk_key(make_cell(**TINY)) == disk_key(make_cell(**TINY, seed=4))
+    assert disk_key(make_cell(**TINY)) != disk_key(make_cell(**TINY, strategy="zero3"))

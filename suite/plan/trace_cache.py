@@ -3,8 +3,9 @@
 A trace depends on the cell's shape (trace.trace_key: model, sequence, strategy, checkpointing, precision,
 ranks, micro-batch, ...), on suite's code and on torch.  The disk key hashes all three: the code's digest is
 the digest of every .py file of the suite packages a trace runs (TRACED_CODE), so a change to a strategy, the
-tracker or a model misses the cache instead of answering from an older code's trace.  A model built by your own factory (code
-outside suite, which can change without the key knowing) is cached in memory only.
+tracker or a model misses the cache instead of answering from an older code's trace.  A transformers model's key also holds
+transformers' version; a model built by your own factory (code outside suite, which can change without the key
+knowing) is cached in memory only.
 
     $SUITE_CACHE_DIR/traces/<key>.json      (default: $XDG_CACHE_HOME/suite or ~/.cache/suite)
 
@@ -58,25 +59,29 @@ def code_digest() -> str:
     return h.hexdigest()[:16]
 
 
-@lru_cache(maxsize=1)
-def _torch_version() -> str:
-    """The installed torch's version, from its package metadata: importing torch costs seconds, and a plan
-    answered from the cache needs no torch at all."""
+@lru_cache(maxsize=4)
+def _version(package: str) -> str:
+    """An installed package's version, from its metadata: importing torch costs seconds, and a plan answered
+    from the cache needs no torch at all."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("torch")
+        return version(package)
     except PackageNotFoundError:
-        import torch
+        return "absent"
 
-        return torch.__version__
+
+def _torch_version() -> str:
+    return _version("torch")
 
 
 def disk_key(cell) -> str | None:
     """The file name of a cell's trace on disk; None when it is not cached on disk (your own factory's model)."""
-    if getattr(cell.model, "family", None) == "python":
+    family = getattr(cell.model, "family", None)
+    if family == "python":
         return None
-    text = f"{FORMAT}/{trace_key(cell)}/{code_digest()}/{_torch_version()}"
+    builder = f"/transformers {_version('transformers')}" if family == "hf" else ""  # it builds hf models
+    text = f"{FORMAT}/{trace_key(cell)}/{code_digest()}/{_torch_version()}{builder}"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

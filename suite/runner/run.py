@@ -182,7 +182,7 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
     """One cell, one repeat: infeasible, or launched and classified and gated.  None when it was interrupted
     (then it is only noted in the runlog: an interrupted cell is never a final result)."""
     if s.traces.pending(cell):
-        progress.note(f"tracing the memory of {cell.id} on fake tensors (a minute for an 8B model) ...")
+        progress.note(f"tracing the memory of {cell.id} on fake tensors (seconds for an 8B model; cached on disk) ...")
     trace = s.traces.get(cell)
     if stop.is_set():  # Ctrl-C during the trace: the runner's handler only sets `stop`
         return None

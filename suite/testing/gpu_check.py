@@ -280,12 +280,13 @@ class Check:
         cells = _cells(self.out / "results")
         if cells:
             lines += ["", "## Cells", "", "MFU = model FLOPs per token x tokens/s per device / the device's peak (its "
-                      "accounting per cell below).  Memory per rank in MiB: CUDA max allocated (after warm-up) and "
+                      "accounting per cell below).  Memory per rank in MiB: CUDA max allocated (after warm-up), what "
+                      "the caching allocator reserved (the headroom --max-micro-batch keeps covers the difference) and "
                       "the MemTracker total, beside each prediction the planner had (textbook, as implemented, "
                       "traced on fake tensors), with CUDA / prediction in brackets.", "",
                       "| scenario | cell | status | torch | median step ms | MFU | MFU accounting | CUDA max alloc "
-                      "| tracker total | textbook | as implemented | traced |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "| CUDA max reserved | tracker total | textbook | as implemented | traced |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for c in cells:
                 lines.append(_cell_row(c, v.get("torch_pinned")))
             formulas = sorted({(c.get("mfu") or {}).get("formula") for c in cells} - {None})
@@ -447,7 +448,8 @@ def _cell_row(c: dict, pinned: str | None) -> str:
                   f"({mfu.get('peak_source')}, {mfu.get('precision')})") if mfu else ""
     return (f"| {c['_scenario']} | {label} | {c['status']} | {torch_v} | "
             f"{'' if step is None else f'{step * 1e3:.1f}'} | {'' if value is None else f'{value:.3f}'} | {accounting} | "
-            f"{_mib(cuda)} | {_mib(measured.get('total_tracker'))} | {' | '.join(preds)} |")
+            f"{_mib(cuda)} | {_mib(measured.get('reserved_cuda'))} | {_mib(measured.get('total_tracker'))} | "
+            f"{' | '.join(preds)} |")
 
 
 def _read_pins(wheels: Path) -> list[str]:

@@ -100,3 +100,15 @@ def test_version(cli):
     declared = re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1)
     result = cli("version")
     assert result.exit_code == 0 and result.stdout.strip() == declared == importlib.metadata.version("suite")
+
+
+def test_plan_only_selects_cells_by_id_or_prefix(cli):
+    path = REPO / "scenarios" / "zero-stages.yaml"
+    _, cells = load_cells(str(path))
+    ids = [c.id for c in cells]
+    rows = json.loads(cli("plan", path, "--json", "--no-trace", "--only", f"{ids[2]},{ids[0][:6]}").stdout)
+    assert [r["cell"] for r in rows] == [ids[2], ids[0]]  # in the order asked for
+    unknown = cli("plan", path, "--no-trace", "--only", "zzzz")
+    assert unknown.exit_code == 2 and f"--only zzzz: no cell of the scenario's {len(ids)} has this id" in unknown.output
+    empty = cli("plan", path, "--json", "--no-trace", "--only", "")
+    assert len(json.loads(empty.stdout)) == len(ids)  # an empty --only names nothing: every cell

@@ -77,6 +77,8 @@ def select(cells, only: list[str] | None):
     if not only:
         return cells
     wanted = [w.strip() for item in only for w in item.split(",") if w.strip()]
+    if not wanted:
+        return cells
     chosen, seen = [], set()
     for w in wanted:
         found = [c for c in cells if c.id == w] or [c for c in cells if c.id.startswith(w)]

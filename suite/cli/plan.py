@@ -30,7 +30,6 @@ class Tracer:
         from suite.plan.trace_cache import TraceCache
 
         self.cache = TraceCache(disk=disk)
-        self._key = trace_key
         self.todo = len({trace_key(c) for c in cells if not self.cache.has(c)})  # disk read once per shape
         self.times: list[float] = []
 

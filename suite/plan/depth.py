@@ -21,9 +21,10 @@ total, every tracker label at that moment, and each label's own largest value; t
 depths `SHALLOW` = (3, 4) — the smallest with a middle block at both — and carried to L along the line
 through the two.  A layer-level policy (every-k: every k-th block checkpointed) repeats with period k, so its
 two depths are k apart, congruent to L modulo k and deep enough for a middle block of each kind (L = 32,
-k = 4: 6 + 2 = 8 and 12; k = 2: 4 and 6): the wrapped and the plain
-blocks are phases of their own (the wrapper is in their module path), each in the same place relative to L.  The peak is the largest extrapolated phase total; the labels at the peak are that phase's;
-each label's peak is its largest extrapolated value.  Both shallow traces must name the same phases, or the
+k = 4: 6 + 2 = 8 and 12; k = 2: 4 and 6): the wrapped and the plain blocks are phases of their own (the
+wrapper is in their module path), each in the same place relative to L.  The peak is the largest
+extrapolated phase total; the labels at the peak are that phase's; each label's peak is its largest
+extrapolated value.  Both shallow traces must name the same phases, or the
 extrapolation is refused (`DepthError`) and the caller traces in full.
 
 Where it does not apply (`why_full`): models that are not a stack of identical blocks suite can rebuild at
@@ -43,7 +44,6 @@ from suite.strategies import registry
 
 SHALLOW = (3, 4)  # depths traced: the smallest pair with a middle block at both (period 1)
 REBUILDABLE = ("gpt", "llama", "vit")  # families whose shape has a `layers` field the builders honour
-_STAGES = ("forward", "backward", "optimizer")
 
 
 class DepthError(Exception):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from suite.axes import checkpoint_every
 from suite.plan.memory import MemoryBreakdown, layered, offloaded, shard_world
-from suite.plan.tensor_parallel import per_rank_parameters, split_parameters
+from suite.plan.tensor_parallel import matmul_outputs, matmul_weights, per_rank_parameters, split_parameters
 from suite.strategies import registry
 
 
@@ -87,7 +87,7 @@ def layer_bytes_per_token(shape, mode: str, r: int, c: int, tp: int = 1) -> floa
     plus, for llama, the rotary tables each block keeps (4 x head_dim) and without checkpointing the fp32
     rotary's copies of q and k."""
     h, a = shape.hidden / tp, shape.heads / tp
-    mm = [(out / (tp if split else 1)) for _, out, split in shape.matmuls()]
+    mm = matmul_outputs(shape, tp)
     llama = getattr(shape, "family", None) in ("llama", "hf")
     rotary = 4 * (shape.hidden // shape.heads) if llama else 0
     if mode == "none":
@@ -116,7 +116,7 @@ def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, 
     per_layer = {mode: tokens * layer_bytes_per_token(shape, mode, r, c, tp)
                  for mode in ("none", "selective", "op-level", "full")}
     if autocast:  # the weight copies live as long as the block's saved tensors; recomputed when checkpointed
-        per_layer["none"] += 2 * sum(i * o / (tp if split else 1) for i, o, split in shape.matmuls())
+        per_layer["none"] += 2 * matmul_weights(shape, tp)
     head = 2 * shape.hidden * getattr(shape, "vocab", 0) if autocast else 0
     return layered(per_layer, checkpointing, shape.layers) + _loss_bytes(shape, seq_len, micro_batch) + head
 
@@ -134,19 +134,19 @@ def autocast_copies(shape, checkpointing: str, strategy: str | None, precision: 
     checkpointing keep theirs for backward anyway: activation_bytes counts those)."""
     if not forward_dtypes(strategy, precision)[2] or checkpointing == "none":
         return 0.0
-    block = 2 * sum(i * o / (tp if split else 1) for i, o, split in shape.matmuls())
+    block = 2 * matmul_weights(shape, tp)
     every = checkpoint_every(checkpointing)
     return block * (shape.layers // every if every else shape.layers)
 
 
-def peak_extra(cell) -> tuple[float, str]:
-    """What the peak holds beyond the saved activations and the static bytes, and where it falls: the start of
-    backward (the loss's gradients) or, under autocast with checkpointing, the end of forward (the weight
-    copies autocast caches)."""
+def peak_extra(cell) -> float:
+    """What the peak holds beyond the saved activations and the static bytes: the loss's gradients at the start
+    of backward or, under autocast with checkpointing, the weight copies autocast caches at the end of forward,
+    whichever is larger (the peak falls there)."""
     tp = getattr(cell, "tensor_parallel", 1)
     temps = loss_temporaries(cell.model, cell.seq_len, cell.micro_batch_size)
     copies = autocast_copies(cell.model, cell.activation_checkpointing, cell.strategy, cell.precision, tp)
-    return (copies, "end of forward") if copies > temps else (temps, "start of backward")
+    return max(copies, temps)
 
 
 def _loss_bytes(shape, seq_len: int, micro_batch: int) -> float:
@@ -165,7 +165,7 @@ def predict_memory(cell) -> MemoryBreakdown:
     acts = activation_bytes(cell.model, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
                             cell.precision, tp, cell.strategy)
     out = offloaded(static, cell.strategy, working, acts)
-    temps, _ = peak_extra(cell)
+    temps = peak_extra(cell)
     # At the peak (the start of backward or the end of forward) FSDP2's gradients are None when a step has one
     # micro-batch: zero_grad set them to None and backward has not made them yet
     spec = registry.get(cell.strategy)  # (offloaded gradients are host bytes: never in the device total)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from suite.axes import checkpoint_every
+from suite.plan.tensor_parallel import matmul_outputs
 from suite.strategies import registry
 
 # bytes per parameter per rank before sharding: (params, grads, master weights, optimizer states)
@@ -103,6 +104,6 @@ def op_level_layer_bytes(shape, seq_len: int, micro_batch: int, precision: str, 
     attention kernel in the compute dtype, and the kernel's fp32 logsumexp.  Needs the shape's `matmuls()`."""
     tokens = seq_len * micro_batch
     compute = 4 if precision == "fp32" else 2
-    saved = sum(out / (tp if split else 1) for i, (_, out, split) in enumerate(shape.matmuls()) if i % 2 == 0)
+    saved = sum(matmul_outputs(shape, tp)[0::2])
     attention = shape.hidden / tp
     return tokens * (4 * shape.hidden + compute * (saved + attention) + 4 * shape.heads / tp)

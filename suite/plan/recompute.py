@@ -16,6 +16,7 @@ Hardware FLOPs = model FLOPs + recompute FLOPs; MFU divides the first by the pea
 from __future__ import annotations
 
 from suite.axes import checkpoint_every
+from suite.plan.tensor_parallel import matmul_weights
 
 
 def recompute_flops_per_token(shape, seq_len: int, checkpointing: str) -> float:
@@ -24,7 +25,7 @@ def recompute_flops_per_token(shape, seq_len: int, checkpointing: str) -> float:
     if not layers or not hidden or not hasattr(shape, "matmuls") or checkpointing == "none":
         return 0.0
     attention = 4 * hidden * seq_len
-    block = 2 * sum(i * o for i, o, _ in shape.matmuls()) + attention
+    block = 2 * matmul_weights(shape) + attention
     every = checkpoint_every(checkpointing)
     if every:
         return float(layers // every * block)

@@ -21,6 +21,17 @@ def split_parameters(shape) -> int:
     return shape.block_parameters() - 2 * shape.hidden
 
 
+def matmul_outputs(shape, tp: int = 1) -> list[float]:
+    """One block's matmul output widths on one rank, in forward order (the split ones divided by t)."""
+    return [out / (tp if split else 1) for _, out, split in shape.matmuls()]
+
+
+def matmul_weights(shape, tp: int = 1) -> float:
+    """One block's matmul weights on one rank (what autocast copies to 16 bits; half a full recompute's FLOPs
+    per token)."""
+    return sum(i * o / (tp if split else 1) for i, o, split in shape.matmuls())
+
+
 def per_rank_parameters(cell) -> float:
     """Psi_tp: the parameters one tensor-parallel rank holds before any ZeRO sharding (Psi when t = 1)."""
     t, shape = getattr(cell, "tensor_parallel", 1), cell.model

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +29,7 @@ from pydantic import ValidationError
 from suite.plan import trace as tracing
 from suite.plan.trace import TraceError, cell_notes, trace_key
 from suite.plan.trace_record import Trace, TraceFailure
+from suite.results.store import write_atomic
 
 MAX_ENTRY_BYTES = 4 * 2**20
 FORMAT = 1  # of the files; a new format misses every older file
@@ -71,17 +71,13 @@ def _version(package: str) -> str:
         return "absent"
 
 
-def _torch_version() -> str:
-    return _version("torch")
-
-
 def disk_key(cell) -> str | None:
     """The file name of a cell's trace on disk; None when it is not cached on disk (your own factory's model)."""
     family = getattr(cell.model, "family", None)
     if family == "python":
         return None
     builder = f"/transformers {_version('transformers')}" if family == "hf" else ""  # it builds hf models
-    text = f"{FORMAT}/{trace_key(cell)}/{code_digest()}/{_torch_version()}{builder}"
+    text = f"{FORMAT}/{trace_key(cell)}/{code_digest()}/{_version('torch')}{builder}"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -101,7 +97,6 @@ class TraceCache:
         self.folder: Path | None = None if root is None else Path(root) / "traces"
         self.counts = {"traced": 0, "disk": 0, "memory": 0, "unreadable": 0}
         self.note: str | None = None  # why the disk cache is off, once it is
-        self.traced_seconds = 0.0
         self._read: dict[str, Trace | None] = {}  # disk lookups already made (has() then get() read once)
 
     @property
@@ -126,7 +121,6 @@ class TraceCache:
                 self.counts["traced"] += 1
                 try:
                     found = (self._trace or tracing.trace_cell)(cell)
-                    self.traced_seconds += found.seconds
                     self._save(cell, found)
                 except TraceError as exc:
                     found = TraceFailure(error=str(exc))
@@ -168,17 +162,12 @@ class TraceCache:
         path = self._path(cell)
         if path is None:
             return
-        entry = {"format": FORMAT, "trace_key": trace_key(cell), "code": code_digest(), "torch": _torch_version(),
+        entry = {"format": FORMAT, "trace_key": trace_key(cell), "code": code_digest(), "torch": _version("torch"),
                  "trace": found.model_dump(mode="json")}
-        tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                json.dump(entry, f)
-            os.replace(tmp, path)
-        except OSError as exc:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
-            self.note = f"trace cache off: cannot write {path.parent} ({exc.strerror or exc})"
+            write_atomic(path, json.dumps(entry), overwrite=True)
+        except OSError as exc:  # the store's WriteError is one; its cause is the system's reason
+            cause = exc.__cause__ or exc
+            self.note = f"trace cache off: cannot write {path.parent} ({getattr(cause, 'strerror', None) or cause})"
             self.folder = None

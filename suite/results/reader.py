@@ -17,7 +17,6 @@ one written by a newer suite is refused rather than misread.  This module never 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -26,17 +25,14 @@ from typing import Iterable, Iterator, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from suite.results import bounded
+from suite.results.bounded import FIX, StoreError  # noqa: F401  (re-exported: every reader's error)
 from suite.results.schema import SCHEMA_VERSION, CellResult, Manifest
 
 RUN_NAME = re.compile(r"^(\d{4,})_([0-9a-z]+)_(\d{8}T\d{6}Z)$")
 MANIFEST = "manifest.json"
 DEFAULT_SCHEMA_VERSION = 1  # records from before the field existed are the first version's
-FIX = "the file is damaged: repair it or move it out of the run folder"  # what to do, in every read error
 Record = TypeVar("Record", bound=BaseModel)
-
-
-class StoreError(Exception):
-    """A run folder or record that cannot be created or read; the message names the path."""
 
 
 @dataclass
@@ -54,30 +50,36 @@ class Run:
         return f"{self.manifest.scenario}/{self.manifest.run_id.split('_')[0]}"
 
 
-def read_record(model: type[Record], path: Path, what: str) -> Record:
-    """One JSON record of `model` (`what` names it in errors): unreadable, newer or invalid -> StoreError."""
+def read_record(model: type[Record], path: Path, what: str, *, within: Path | None = None) -> Record:
+    """One JSON record of `model` (`what` names it in errors, and its size cap: bounded.LIMITS) read through the
+    bounded reader, inside the folder `within` (default: the file's own): unreadable, newer or invalid ->
+    StoreError."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{path}: cannot read {what}: {exc}; {FIX}") from exc
+        data = bounded.read_json(path, what if what in bounded.LIMITS else "record",
+                                 within=path.parent if within is None else within)
+    except FileNotFoundError as exc:
+        raise StoreError(f"{path}: cannot read {what}: no such file; {FIX}") from exc
     if not isinstance(data, dict):
         raise StoreError(f"{path}: expected a JSON object, got {type(data).__name__}; {FIX}")
     version = data.get("schema_version", DEFAULT_SCHEMA_VERSION)
     if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise StoreError(f"{path}: schema_version {version!r} is newer than this suite reads ({SCHEMA_VERSION}); "
+        raise StoreError(f"{path}: schema_version {str(version)[:20]} is newer than this suite reads ({SCHEMA_VERSION}); "
                          "upgrade suite to read it")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<record>'}: {e['msg']}" for e in errors[:3])
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])[:120] or '<record>'}: {e['msg'][:200]}"
+                             for e in errors[:3])
         more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
         raise StoreError(f"{path}: not a valid {model.__name__}: {problems}{more}; {FIX}") from exc
 
 
 def read_cell_result(path: Path) -> CellResult:
-    return read_record(CellResult, path, "cell result")
+    """cells/<id>-r<k>.json of a run folder (links may point anywhere inside the run folder, not out of it)."""
+    path = Path(path)
+    return read_record(CellResult, path, "cell result", within=path.parent.parent)
 
 
 def cell_files(run: Path) -> list[Path]:
@@ -136,9 +138,10 @@ def find_run_dirs(path: Path) -> list[Path]:
     found = []
     for dirpath, dirnames, _ in os.walk(path):
         here = Path(dirpath)
-        if (here / MANIFEST).is_file() or is_run_name(here.name):
+        has_manifest = os.path.lexists(here / MANIFEST)  # even a FIFO or a link: reading it names the problem
+        if has_manifest or is_run_name(here.name):
             dirnames[:] = []  # a run folder holds no further runs
-            if (here / MANIFEST).is_file():
+            if has_manifest:
                 found.append(here)
             continue
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -150,8 +153,18 @@ def load_run(path: Path) -> Run:
     path = Path(path)
     manifest = read_manifest(path)
     results = sorted(read_cell_results(path), key=lambda r: (r.cell_id, r.repeat))
-    scenario = path / "scenario.yaml"
-    return Run(path, manifest, results, scenario.read_text(encoding="utf-8") if scenario.is_file() else None)
+    return Run(path, manifest, results, read_scenario_copy(path))
+
+
+def read_scenario_copy(run: Path) -> str | None:
+    """The run folder's scenario.yaml as text (bounded, UTF-8), None when it has none; StoreError if damaged."""
+    path = Path(run) / "scenario.yaml"
+    if not os.path.lexists(path):
+        return None
+    try:
+        return bounded.read_text(path, "scenario copy", within=run)
+    except FileNotFoundError:  # a dangling link: read_bytes names it; a file removed meanwhile: none
+        return None
 
 
 def load_runs(paths: Iterable[Path | str]) -> list[Run]:

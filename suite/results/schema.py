@@ -7,7 +7,7 @@ meaning; readers refuse records of a newer version instead of misreading them.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_serializer, field_validator,
                       model_serializer, model_validator)
@@ -29,6 +29,18 @@ Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "ga
 FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")
 
 
+# Measured numbers are finite and in range (a stored record is data from a stranger: 1e308 seconds or an
+# Infinity throughput would overflow the statistics every reader computes).  Losses and gradient norms may be
+# NaN or infinite: a diverged cell's are facts, and written as such.
+MAX_SECONDS = 1e9  # about 31 years
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Duration = Annotated[float, Field(ge=-MAX_SECONDS, le=MAX_SECONDS, allow_inf_nan=False)]  # clocks of 2 processes
+Rate = Annotated[float, Field(ge=0, le=1e24, allow_inf_nan=False)]  # per second: tokens, samples, FLOPs
+Bytes = Annotated[int, Field(ge=0, le=1 << 62)]
+Count = Annotated[int, Field(ge=0, le=1 << 40)]
+Ratio = Annotated[float, Field(ge=-1e12, le=1e12, allow_inf_nan=False)]
+
+
 class _Record(BaseModel):
     # NaN / inf losses are facts (a diverged cell): write them as NaN / Infinity, not null, so they read back.
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
@@ -38,44 +50,44 @@ class _Record(BaseModel):
 class TensorBytes(_Record):
     """Bytes held by this rank, counted from the tensors themselves (local shards only)."""
 
-    parameters: int
-    gradients: int
-    optimizer_states: int
-    master_weights: int = Field(
+    parameters: Bytes
+    gradients: Bytes
+    optimizer_states: Bytes
+    master_weights: Bytes = Field(
         0,
         description="A separate copy the optimizer updates, beside the compute parameters (FSDP2 zero2 keeps "
         "fp32 shards while the unsharded parameters live through forward and backward); 0 when none.",
     )
-    host: int = Field(0, description="CPU offload: how many of the bytes above are in host memory (parameters, "
+    host: Bytes = Field(0, description="CPU offload: how many of the bytes above are in host memory (parameters, "
                       "gradients and optimizer states the strategy keeps there); 0 when nothing is offloaded.")
 
 
 class CudaMemory(_Record):
     """torch.cuda memory statistics, reset after warm-up."""
 
-    max_memory_allocated: int
-    max_memory_reserved: int
-    num_alloc_retries: int
-    num_ooms: int
+    max_memory_allocated: Bytes
+    max_memory_reserved: Bytes
+    num_alloc_retries: Count
+    num_ooms: Count
 
 
 class PeakMemory(_Record):
     """Peaks from the optional MemTracker / FSDPMemTracker pass (`measure_peaks: true`), bytes."""
 
-    activations: int = Field(description="Peak bytes of activations saved for backward.")
-    unsharded_parameters: int = Field(0, description="Peak bytes of all-gathered (unsharded) parameters (FSDP).")
-    total: int = Field(description="Peak of all tracked categories together.")
-    by_category: dict[str, int] = Field(default_factory=dict, description="Tracker's raw per-category peaks.")
+    activations: Bytes = Field(description="Peak bytes of activations saved for backward.")
+    unsharded_parameters: Bytes = Field(0, description="Peak bytes of all-gathered (unsharded) parameters (FSDP).")
+    total: Bytes = Field(description="Peak of all tracked categories together.")
+    by_category: dict[str, Bytes] = Field(default_factory=dict, description="Tracker's raw per-category peaks.")
 
 
 class SetupTimes(_Record):
     """Seconds spent before the first training step, by phase."""
 
-    process_group: float
-    model_build: float
-    strategy: float = Field(description="Checkpointing, compile and sharding applied to the built model.")
-    data: float
-    total: float
+    process_group: Seconds
+    model_build: Seconds
+    strategy: Seconds = Field(description="Checkpointing, compile and sharding applied to the built model.")
+    data: Seconds
+    total: Seconds
 
 
 class EvalPoint(_Record):
@@ -86,9 +98,9 @@ class EvalPoint(_Record):
     accuracy: float | None = Field(None, description="Fraction of held-out images classified right (vit).")
     perplexity: float | None = Field(None, description="exp(loss), for language models (gpt, llama).")
     samples: int = Field(description="Held-out samples evaluated, all ranks.")
-    seconds: float = Field(description="Wall time of the evaluation (never inside a timed step).")
-    train_s: float = Field(0.0, description="Training time so far: the sum of every step's time, warm-up included.")
-    wall_s: float = Field(0.0, description="Wall time since training began, evaluations included (MLPerf's clock).")
+    seconds: Seconds = Field(description="Wall time of the evaluation (never inside a timed step).")
+    train_s: Seconds = Field(0.0, description="Training time so far: the sum of every step's time, warm-up included.")
+    wall_s: Seconds = Field(0.0, description="Wall time since training began, evaluations included (MLPerf's clock).")
 
 
 class TimeToTarget(_Record):
@@ -98,8 +110,8 @@ class TimeToTarget(_Record):
     value: float = Field(description="The target.")
     reached: bool
     step: int | None = Field(None, description="Optimizer steps done at the first evaluation that reached it.")
-    train_s: float | None = Field(None, description="Training time to it (step times only).")
-    wall_s: float | None = Field(None, description="Wall time to it, the evaluations included.")
+    train_s: Seconds | None = Field(None, description="Training time to it (step times only).")
+    wall_s: Seconds | None = Field(None, description="Wall time to it, the evaluations included.")
     best: float | None = Field(None, description="The best value evaluated (the last when the metric has none).")
 
 
@@ -122,7 +134,7 @@ class RankRecord(_Record):
     status: Literal["ok", "diverged", "failed", "oom"]
     error: str | None = None
     losses: list[float] = Field(description="Global mean loss per optimizer step (identical on all ranks).")
-    step_times_s: list[float] = Field(description="Wall time of every optimizer step, device synchronized.")
+    step_times_s: list[Seconds] = Field(description="Wall time of every optimizer step, device synchronized.")
     grad_norms: list[float] = Field(
         default_factory=list, description="Global L2 norm of the gradient each optimizer step applied (all ranks' "
         "shards together; there is no clipping), computed outside the timed step (suite/worker/gradients.py). "
@@ -134,8 +146,8 @@ class RankRecord(_Record):
     cuda_memory: CudaMemory | None = None
     peaks: PeakMemory | None = None
     setup_s: SetupTimes | None = None
-    train_s: float = 0.0
-    teardown_s: float = 0.0
+    train_s: Seconds = 0.0
+    teardown_s: Seconds = 0.0
     restarts: int = Field(
         0, description="How many times the worker group was restarted before this record was written (Ray's "
         "FailureConfig; always 0 under torchrun)."
@@ -156,11 +168,11 @@ class RankRecord(_Record):
 class StepStats(_Record):
     """Step-time statistics over the measured (post-warm-up) steps, seconds."""
 
-    n: int
-    median: float
-    p10: float
-    p90: float
-    mean: float
+    n: Count
+    median: Seconds
+    p10: Seconds
+    p90: Seconds
+    mean: Seconds
 
     @classmethod
     def of(cls, times: Sequence[float]) -> "StepStats | None":
@@ -172,18 +184,18 @@ class StepStats(_Record):
 
 
 class Throughput(_Record):
-    tokens_per_s: float
-    tokens_per_s_per_device: float
-    samples_per_s: float
+    tokens_per_s: Rate
+    tokens_per_s_per_device: Rate
+    samples_per_s: Rate
 
 
 class Mfu(_Record):
     """Model FLOPs utilisation and how it was computed; value None when the peak is unknown (CPUs, fp32)."""
 
-    value: float | None
+    value: Ratio | None
     formula: str
-    flops_per_token: float
-    peak_flops: float | None
+    flops_per_token: Rate
+    peak_flops: Rate | None
     peak_source: str | None
     precision: str
 
@@ -191,9 +203,9 @@ class Mfu(_Record):
 class MemoryComparison(_Record):
     """Measured per-rank bytes beside the planner's prediction (rank 0; ratio = measured / predicted)."""
 
-    measured: dict[str, float | None]
-    predicted: dict[str, float]
-    ratio: dict[str, float | None]
+    measured: dict[str, Rate | None]
+    predicted: dict[str, Rate]
+    ratio: dict[str, Ratio | None]
 
 
 class Gate(_Record):
@@ -207,11 +219,11 @@ class Gate(_Record):
 class Overhead(_Record):
     """Where a cell's wall time went, seconds: the harness's work stays outside train."""
 
-    launch: float = Field(description="From starting the launcher to the worker's first line of setup.")
-    setup: float
-    train: float
-    teardown: float
-    wall: float = Field(description="Whole cell, launcher start to launcher exit.")
+    launch: Duration = Field(description="From starting the launcher to the worker's first line of setup.")
+    setup: Duration
+    train: Duration
+    teardown: Duration
+    wall: Duration = Field(description="Whole cell, launcher start to launcher exit.")
 
 
 class RankInfo(_Record):
@@ -292,7 +304,7 @@ class CellResult(_Record):
     final_loss: float | None = None
     grad_norms: list[float] = Field(default_factory=list, description="Rank 0's global gradient norm per step "
                                     "(schema 5; empty in older results).")
-    step_times_s: list[float] = Field(default_factory=list, description="Measured (post-warm-up) steps, rank 0.")
+    step_times_s: list[Seconds] = Field(default_factory=list, description="Measured (post-warm-up) steps, rank 0.")
     step_time: StepStats | None = None
     throughput: Throughput | None = None
     mfu: Mfu | None = None

@@ -8,14 +8,16 @@ writes nothing (no resume-NN.json, no runlog line).  Reading goes through result
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
-from suite.results import reader
+from suite.results import bounded, reader
 from suite.results.schema import CellResult
-from suite.scenario import Scenario
+from suite.scenario import Scenario, ScenarioError
+from suite.scenario.yaml_loader import parse_text
 
 
 # The options open_run carries over from the first session, and the types it uses them as.
@@ -43,11 +45,14 @@ def stored_scenario(run_dir: Path) -> Scenario:
     """The resolved scenario.yaml the run folder was made with."""
     path = Path(run_dir) / "scenario.yaml"
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = bounded.read_text(path, "scenario copy", within=run_dir)
+        data = parse_text(str(path), text, lambda root: None)[1]
     except FileNotFoundError:
         raise _damaged(run_dir, f"{path} is missing", missing=True) from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise _damaged(run_dir, f"{path}: cannot read it ({' '.join(str(exc).split())})") from exc
+    except reader.StoreError as exc:
+        raise _damaged(run_dir, str(exc)) from exc
+    except ScenarioError as exc:
+        raise _damaged(run_dir, f"{path}: cannot read it ({' '.join(' '.join(exc.problems).split())[:300]})") from exc
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:
@@ -57,11 +62,29 @@ def stored_scenario(run_dir: Path) -> Scenario:
         raise _damaged(run_dir, f"{path}: {problems}{more}") from exc
 
 
+def check_writable_layout(run_dir: Path) -> None:
+    """What a resume appends to must be what suite made: cells/ and work/ real folders, runlog.jsonl absent or a
+    regular file (a FIFO would block the append forever; a link could write outside the run folder)."""
+    for name, want in (("cells", stat.S_ISDIR), ("work", stat.S_ISDIR), ("runlog.jsonl", stat.S_ISREG)):
+        path = run_dir / name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            if name != "cells":  # runlog and work/ are made when first needed
+                continue
+            raise _damaged(run_dir, f"{path} is missing", missing=True) from None
+        if not want(mode):
+            what = "a link" if stat.S_ISLNK(mode) else "not a folder" if want is stat.S_ISDIR else "not a regular file"
+            raise _damaged(run_dir, f"{path} is {what}, not what suite wrote there; suite appends to it only as it "
+                                    "made it")
+
+
 def read_stored(run_dir: Path) -> tuple[Scenario, dict, list[CellResult]]:
     """(scenario, options saved by the first session, stored cell results) or DamagedRun."""
     run_dir = Path(run_dir)
     scenario = stored_scenario(run_dir)
-    if not (run_dir / reader.MANIFEST).is_file():
+    check_writable_layout(run_dir)
+    if not os.path.lexists(run_dir / reader.MANIFEST):
         raise _damaged(run_dir, f"{run_dir / reader.MANIFEST} is missing", missing=True)
     try:
         saved = reader.read_manifest(run_dir).extra.get("options", {})

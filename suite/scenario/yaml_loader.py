@@ -163,8 +163,11 @@ T = TypeVar("T")
 
 def parse(path: Path, inspect: Callable[[yaml.Node | None], T]) -> tuple[T, Any]:
     """(inspect(root node), constructed data) of a scenario file within the bounds above, or ScenarioError."""
-    name = str(path)
-    text = read_text(path)
+    return parse_text(str(path), read_text(path), inspect)
+
+
+def parse_text(name: str, text: str, inspect: Callable[[yaml.Node | None], T]) -> tuple[T, Any]:
+    """parse() of text already read (`name` heads the errors): a run folder's scenario copy, read bounded."""
     loader = None
     try:
         loader = _BoundedLoader(text)  # its reader already refuses control characters

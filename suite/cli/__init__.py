@@ -17,6 +17,32 @@ app = typer.Typer(cls=CrashGroup, add_completion=False, no_args_is_help=True,
                   help="Reproducible benchmarks for distributed PyTorch training.")
 
 
+TRUST_HELP = ("A module (and those below it) a scenario's `family: python` factory may come from, besides the "
+              "scenario's project (adds to SUITE_TRUST; repeatable; docs/own-model.md).")
+
+
+@app.callback()
+def _environment() -> None:
+    """Reproducible benchmarks for distributed PyTorch training."""
+    from suite.cli.environment import problems
+
+    found = problems()
+    for problem in found:
+        _error(problem)
+    if found:
+        raise typer.Exit(2)
+
+
+def _trust(modules: list[str]) -> None:
+    from suite.cli.environment import trust
+
+    try:
+        trust(modules)
+    except ValueError as exc:
+        _error(exc)
+        raise typer.Exit(2)
+
+
 def _error(exc: BaseException | str) -> None:
     from suite.console import print_error
 
@@ -43,10 +69,12 @@ def _load(path: Path):
 
 
 @app.command()
-def validate(files: List[Path] = typer.Argument(..., help="Scenario YAML files.")) -> None:
+def validate(files: List[Path] = typer.Argument(..., help="Scenario YAML files."),
+             trust: List[str] = typer.Option([], "--trust", help=TRUST_HELP)) -> None:
     """Check scenario files; exit 0 when all are valid, 2 with file:line errors otherwise."""
     from suite.console import console
 
+    _trust(trust)
     failed = False
     for f in files:
         try:
@@ -72,10 +100,12 @@ def plan(file: Path = typer.Argument(..., help="Scenario YAML file."),
          max_mbs: bool = typer.Option(False, "--max-micro-batch", help="The largest micro-batch whose traced "
                                       "peak fits gpu_memory_gb (less --headroom)."),
          headroom: Optional[float] = typer.Option(None, "--headroom", help="Fraction of gpu_memory_gb "
-                                                  "--max-micro-batch keeps free (default 0.1).")) -> None:
+                                                  "--max-micro-batch keeps free (default 0.1)."),
+         trust: List[str] = typer.Option([], "--trust", help=TRUST_HELP)) -> None:
     """Predict per-rank memory (textbook, as implemented, traced), FLOPs per token and communication per cell."""
     from suite.cli.plan import PlanRequestError, run_plan
 
+    _trust(trust)
     scenario, cells = _load(file)
     try:
         run_plan(scenario, cells, as_json=as_json, trace=trace, max_micro_batch=max_mbs, headroom=headroom,
@@ -173,8 +203,10 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
                                         "local image (Docker SDK); its digest goes into the manifest.  Twice (A/B): "
                                         "one run folder per image, launches alternated."),
         preflight: bool = typer.Option(False, "--preflight", help="First measure the all-reduce bus bandwidth on "
-                                       "the run's world size and record it in the manifest (extra.preflight).")) -> None:
+                                       "the run's world size and record it in the manifest (extra.preflight)."),
+        trust: List[str] = typer.Option([], "--trust", help=TRUST_HELP)) -> None:
     """Run every cell of a scenario (torchrun or Ray) into a new, append-only run folder."""
+    _trust(trust)
     import sys
 
     from suite.comm.launch import CommError

@@ -26,10 +26,12 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from suite.models.trust import split_factory
+
 
 def load(factory: str) -> Callable[..., Any]:
     """The function `factory` names (ValueError naming the factory and what failed)."""
-    module_name, _, attr = factory.partition(":")
+    module_name, attr = split_factory(factory)  # the form only: whether it is trusted was checked on validation
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

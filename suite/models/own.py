@@ -28,6 +28,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 from pydantic import Field, ValidationInfo, model_validator
 
 from suite.models.hf_keys import ANALYTIC_TYPES, HF_EXTRA, LAYER_KEYS, first_key, one_line
+from suite.models.trust import FACTORY, check_factory, find_project
 from suite.models.presets import GptShape, LlamaShape, Pixels, Vocab, VitShape, _Shape
 
 MAX_CONFIG_BYTES = 1 << 20  # a real config.json is a few KiB
@@ -223,8 +224,9 @@ class PythonShape(_Shape):
     """Your own torch module, returned by a factory function (the contract: docs/own-model.md)."""
 
     family: Literal["python"] = Field(description="Model family: a user function that returns an nn.Module.")
-    factory: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", max_length=300, description="\"package."
-                         "module:function\", importable where suite runs (installed, or on PYTHONPATH).")
+    factory: str = Field(pattern=rf"^{FACTORY.pattern}$", max_length=300, description="\"package.module:function"
+                         "\", importable where suite runs, from a module you declared as yours (models/trust.py: "
+                         "your project, SUITE_TRUST or --trust, or a \"suite.models\" entry point).")
     args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the factory (JSON values).")
     inputs: Literal["tokens", "images"] = Field(description="What forward takes: token ids (b, s) with next-token "
                                                 "targets (b, s), or images (b, 3, size, size) with labels (b,).")
@@ -241,6 +243,9 @@ class PythonShape(_Shape):
             if _stored(info):
                 raise ValueError(f"a stored python cell must carry its probe; this one does not (suite does not "
                                  f"import {repr(data['factory'])[:200]} named in a stored result)")
+            # code only from where the user said their code lives: checked before anything is imported
+            context = info.context or {}
+            check_factory(data["factory"], context["project"] if "project" in context else find_project(Path.cwd()))
             from suite.models.factory import probe  # torch: only for python models
 
             data = {**data, "probed": probe(data["factory"], data.get("args") or {})}

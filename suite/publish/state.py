@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable
 from pydantic import ValidationError
 
 from suite import __version__, stats
-from suite.results import reader
+from suite.results import bounded, reader
 from suite.results.reader import Run
 from suite.results.schema import CellResult, Manifest
 from suite.results.store import write_atomic
@@ -96,8 +96,8 @@ def load_state(site: Path) -> SiteState:
                             "folder, or into a folder an earlier `suite publish` wrote")
         return SiteState()
     try:
-        doc = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = bounded.read_json(index, "site index", within=site)
+    except (OSError, reader.StoreError) as exc:
         raise SiteError(f"{index}: cannot read the site's index: {exc}; publish into a new folder") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise SiteError(f"{index}: not a suite site index (format {doc.get('format') if isinstance(doc, dict) else '?'!r})")

@@ -25,6 +25,7 @@ import io
 import json
 import os
 import re
+import stat
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -62,9 +63,45 @@ class PackInfo:
 
 
 def run_files(run: Path) -> list[Path]:
-    """What pack takes from a run folder: its records, never work/ (cells/ as reader.cell_files lists it)."""
+    """What pack takes from a run folder: its records, never work/ (cells/ as reader.cell_files lists it).
+
+    Only regular files that are no links, in folders that are no links: a link is refused (PackError naming
+    it), never followed, so a run folder whose `cells/x-r0.json` points at /etc/shadow cannot carry that file's
+    bytes into an archive; a FIFO, device or folder in a record's place is refused the same way."""
     names = [run / n for n in (reader.MANIFEST, "scenario.yaml", "runlog.jsonl")] + sorted(run.glob("resume-*.json"))
-    return [p for p in names if p.is_file()] + reader.cell_files(run)
+    cells = run / "cells"
+    if os.path.islink(cells):
+        raise PackError(f"{cells}: a link ({os.readlink(cells)[:200]}); pack copies only what is inside the run "
+                        "folder: replace the link by the folder")
+    if cells.is_dir():
+        names += sorted(p for p in cells.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+    files = []
+    for p in names:
+        try:
+            mode = os.lstat(p).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            what = f"a link to {os.readlink(p)[:200]!r}" if stat.S_ISLNK(mode) else "not a regular file"
+            raise PackError(f"{p}: {what}; pack takes regular files only, never what a link points at: replace "
+                            "it by the file itself or move it out of the run folder")
+        files.append(p)
+    return files
+
+
+def _read_regular(path: Path) -> bytes:
+    """A file's bytes, opened without following a link (one swapped in since run_files looked is refused)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PackError(f"{path}: cannot read it ({exc.strerror or exc}); pack takes regular files only") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise PackError(f"{path}: not a regular file; pack takes regular files only")
+        data = f.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise PackError(f"{path}: over an archive's limit of {MAX_FILE_BYTES} bytes a file: pack fewer runs")
+    return data
 
 
 def _sha256_file(path: Path) -> str:
@@ -125,12 +162,12 @@ def pack(paths: list[Path], out: Path) -> PackInfo:
         """One member: a folder (data None), bytes, or the file `data` (read only once it is known to fit)."""
         if any(c in name for c in "\n\r\\"):
             raise PackError(f"{src}: a newline or backslash in its name cannot be listed in {SUMS}")
-        size = data.stat().st_size if isinstance(data, Path) else len(data or b"")
+        size = os.lstat(data).st_size if isinstance(data, Path) else len(data or b"")
         n["members"], n["bytes"] = n["members"] + 1, n["bytes"] + size
         if size > MAX_FILE_BYTES or n["bytes"] > MAX_TOTAL_BYTES or n["members"] > MAX_MEMBERS:
             raise PackError(f"{src}: over an archive's limits ({MAX_FILE_BYTES} bytes a file, {MAX_TOTAL_BYTES} "
                             f"in all, {MAX_MEMBERS} members): pack fewer runs")
-        data = data.read_bytes() if isinstance(data, Path) else data
+        data = _read_regular(data) if isinstance(data, Path) else data
         ti = tarfile.TarInfo(f"{TOP}/{name}".rstrip("/"))
         ti.mtime = int(src.stat().st_mtime if src is not None else now.timestamp())
         ti.type, ti.mode = (tarfile.DIRTYPE, 0o755) if data is None else (tarfile.REGTYPE, 0o644)

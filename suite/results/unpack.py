@@ -19,7 +19,6 @@ import contextlib
 import filecmp
 import gzip
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -28,7 +27,7 @@ import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from suite.results import reader
+from suite.results import bounded, reader
 from suite.results import pack as limits  # the MAX_* limits, read at call time (tests lower them)
 from suite.results.pack import (ARCHIVE_SUFFIXES, FORMAT, FORMAT_VERSION, INFO, SUM_LINE, SUMS, TOP, PackError, _DATA_FILTER,
                                 _sha256_file, run_files)
@@ -126,7 +125,11 @@ def _verify(archive: Path, top: Path, files: dict[str, str]) -> list[str]:
         if name not in files:
             raise PackError(f"{archive} is truncated or not a suite results archive (no {TOP}/{name} in it)")
     listed: dict[str, str] = {}
-    for i, line in enumerate((top / SUMS).read_bytes().decode("utf-8", "replace").splitlines(), 1):
+    try:
+        sums = bounded.read_bytes(top / SUMS, "checksums", within=top)
+    except reader.StoreError as exc:
+        raise PackError(f"{archive}: {exc}") from None
+    for i, line in enumerate(sums.decode("utf-8", "replace").splitlines(), 1):
         match = SUM_LINE.fullmatch(line)
         if not match or listed.setdefault(match.group(2), match.group(1)) != match.group(1):
             raise PackError(f"{archive}: {TOP}/{SUMS} line {i} is not '<sha256>  <path>', once a path: {damaged}")
@@ -137,13 +140,14 @@ def _verify(archive: Path, top: Path, files: dict[str, str]) -> list[str]:
     for name in sorted(n for n in listed if listed[n] != files[n]):
         raise PackError(f"{archive}: checksum mismatch: {TOP}/{name}: {damaged}")
     try:
-        info = json.loads((top / INFO).read_text(encoding="utf-8"))
-        described, version = sorted(r["path"] for r in info["runs"]), info["format_version"]
+        info = bounded.read_json(top / INFO, "pack metadata", within=top)
+        described, version = sorted(str(r["path"]) for r in info["runs"]), info["format_version"]
         if info["format"] != FORMAT or not isinstance(version, int) or version > FORMAT_VERSION:
             raise ValueError(f"format {info['format']!r} version {version!r}; this suite reads {FORMAT!r} up to "
                              f"version {FORMAT_VERSION}")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise PackError(f"{archive}: {TOP}/{INFO}: not a suite results archive it can read ({exc})") from None
+    except (ValueError, KeyError, TypeError, reader.StoreError) as exc:
+        raise PackError(f"{archive}: {TOP}/{INFO}: not a suite results archive it can read "
+                        f"({' '.join(str(exc).split())[:300]})") from None
     runs = sorted(f"{s.name}/{r.name}" for s in top.iterdir() if s.is_dir() for r in s.iterdir())
     if runs != described or not all((top / r / reader.MANIFEST).is_file() for r in runs):
         raise PackError(f"{archive}: {INFO} lists the runs {described}; the archive holds {runs}, each of which "

@@ -17,6 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from suite.scenario.experiment import Scenario
+from suite.models.trust import find_project
 from suite.scenario.yaml_loader import ScenarioError, clip, parse
 
 
@@ -179,7 +180,8 @@ def load_scenario(path: str | Path) -> tuple[Scenario, SourceMap]:
     if not isinstance(data, dict):
         raise ScenarioError([f"{name}:1: a scenario file must be a mapping of keys, got {type(data).__name__}"])
     try:
-        scenario = Scenario.model_validate(data)
+        # a python factory is imported only from the scenario file's project or a declared module (models/trust.py)
+        scenario = Scenario.model_validate(data, context={"project": find_project(Path(path).parent)})
     except ValidationError as exc:
         raise ScenarioError(_format_validation(exc, source, data)) from exc
     problems = _check_paths(scenario, source)

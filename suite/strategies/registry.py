@@ -24,6 +24,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+from suite.modules import parse_names
+
 Family = Literal["dp", "zero1", "zero2", "zero3"]
 FAMILIES: tuple[Family, ...] = ("dp", "zero1", "zero2", "zero3")
 PLUGINS_ENV = "SUITE_PLUGINS"
@@ -237,13 +239,27 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True  # first, so a plugin's own lookups do not recurse
-    for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+    try:
+        modules = plugin_modules()
+    except ValueError as exc:
+        _plugins_loaded = False
+        raise PluginError(str(exc)) from None
+    for module in modules:
         try:
             importlib.import_module(module)
         except ImportError as exc:
             _plugins_loaded = False  # every later lookup fails the same way: never carry on without it
             raise PluginError(f"{PLUGINS_ENV}: plugin module {module!r} cannot be imported ({exc}); "
                               f"is its folder on PYTHONPATH?") from exc
+        except Exception as exc:  # the plugin's own code failed while importing: name it, keep the cause
+            _plugins_loaded = False
+            raise PluginError(f"{PLUGINS_ENV}: plugin module {module!r} raised {type(exc).__name__} while "
+                              f"importing: {' '.join(str(exc).split())[:300]}") from exc
+
+
+def plugin_modules() -> list[str]:
+    """The module names SUITE_PLUGINS declares; ValueError naming a malformed entry (`..`, `.foo`, `a/b`)."""
+    return parse_names(os.environ.get(PLUGINS_ENV, ""), PLUGINS_ENV)
 
 
 def specs() -> list[StrategySpec]:

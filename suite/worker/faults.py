@@ -89,9 +89,21 @@ def parse(spec: str, cell_id: str) -> dict[int, str]:
             raise ValueError(f"{ENV} entry {entry!r} is malformed; expected <cell_id>:<kind>@<step>") from None
         if kind not in KINDS:
             raise ValueError(f"{ENV} entry {entry!r}: kind {kind!r} is not one of {', '.join(KINDS)}")
+        if step_n < 0:
+            raise ValueError(f"{ENV} entry {entry!r}: step {step_n} is before the first step (steps count from 0)")
         if cid == cell_id:
             faults[step_n] = kind
     return faults
+
+
+def check(spec: str) -> None:
+    """ValueError naming the first malformed entry of a whole SUITE_FAULT value (every cell's entries): what
+    the command line checks once, before any cell is launched."""
+    if len(spec) > 100_000:
+        raise ValueError(f"{ENV} is {len(spec)} characters long; it lists a few faults")
+    parse(spec, "")
+    for kind in FACTORS:
+        parse_factor(spec, "", kind)
 
 
 class Faults:

@@ -268,7 +268,7 @@ def test_python_image_model_has_one_token_per_sample():
 
 
 BAD_FACTORIES = {
-    "nomodule.anywhere:build": "cannot import 'nomodule.anywhere'",
+    "nomodule.anywhere:build": "module 'nomodule.anywhere' is not inside the scenario's project",
     f"{FACTORY}:absent": "has no function 'absent'",
     f"{FACTORY}:raises": "raised RuntimeError: cannot build size 1",
     f"{FACTORY}:not_a_module": "returned a dict, not a torch.nn.Module",

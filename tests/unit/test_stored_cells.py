@@ -53,8 +53,10 @@ def test_a_stored_hf_model_without_its_contents_is_refused_not_read(tmp_path):
         read_cell_result(path)
 
 
-def test_the_same_python_model_in_a_scenario_is_probed(spy):
-    # the contrast: a scenario the user declared resolves its own model (which is what imports the factory)
+def test_the_same_python_model_in_a_scenario_is_probed(spy, monkeypatch):
+    # the contrast: a scenario the user declared resolves its own model (which is what imports the factory),
+    # once the module is declared theirs (SUITE_TRUST; models/trust.py)
+    monkeypatch.setenv("SUITE_TRUST", SPY)
     with pytest.raises(BaseException):
         make_cell(model={"family": "python", "factory": f"{SPY}:build", "inputs": "tokens", "vocab": 64})
     assert spy.exists()

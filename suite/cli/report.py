@@ -15,11 +15,20 @@ from pathlib import Path
 from suite.console import console, err_console
 
 
-def _error(message: str) -> int:
+def _error(message: str, code: int = 2) -> int:
     from rich.markup import escape
 
     err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
-    return 2
+    return code
+
+
+def _cannot_write(exc: OSError) -> int:
+    """A report / export / compare file that could not be written: the path and what to do, exit 3."""
+    from suite.console import EXIT_ENVIRONMENT
+    from suite.results.store import WriteError
+
+    text = str(exc) if isinstance(exc, WriteError) else f"{exc.filename or ''}: cannot write ({exc.strerror or exc})"
+    return _error(text, EXIT_ENVIRONMENT)
 
 
 def report(paths: list[Path], formats: list[str], out: Path | None, group_by: list[str]) -> int:
@@ -36,6 +45,8 @@ def report(paths: list[Path], formats: list[str], out: Path | None, group_by: li
             produced = render(runs, formats, out, group_by)
     except (StoreError, ReportUsageError, PlotError, PackError) as exc:
         return _error(str(exc))
+    except OSError as exc:  # --out: read-only, full, a file in the way
+        return _cannot_write(exc)
     if out is None:
         for text in produced.values():
             print(text, end="")
@@ -51,6 +62,7 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
     from suite.compare.comparison import ENV_FIELDS, CompareUsageError, compare as run_compare, parse_threshold
     from suite.compare.output import print_terminal, to_markdown
     from suite.compare.junit import to_junit
+    from suite.results.store import write_file
     from suite.results.pack import PackError
     from suite.results.unpack import open_inputs
     from suite.results.reader import StoreError, load_runs
@@ -79,8 +91,10 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
         if out is None:
             print(text, end="" if text.endswith("\n") else "\n")
         else:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text, encoding="utf-8")
+            try:
+                write_file(out, text)
+            except OSError as exc:
+                return _cannot_write(exc)
             err_console.print(f"wrote {out}", highlight=False, markup=False)
     if result.env:
         err_console.print("warning: the environments differ in: "
@@ -95,6 +109,7 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
 
 def export(paths: list[Path], fmt: str, out: Path) -> int:
     from suite.report.export import to_pytest_benchmark
+    from suite.results.store import write_file
     from suite.results.pack import PackError
     from suite.results.unpack import open_inputs
     from suite.results.reader import StoreError, load_runs
@@ -106,7 +121,9 @@ def export(paths: list[Path], fmt: str, out: Path) -> int:
             doc = to_pytest_benchmark(load_runs(open_inputs(paths, stack)))
     except (StoreError, PackError) as exc:
         return _error(str(exc))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    try:
+        write_file(out, json.dumps(doc, indent=1) + "\n")
+    except OSError as exc:
+        return _cannot_write(exc)
     err_console.print(f"wrote {out} ({len(doc['benchmarks'])} benchmark(s))", highlight=False, markup=False)
     return 0

@@ -17,6 +17,7 @@ import hashlib
 import importlib.metadata
 import json
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,6 +181,10 @@ def publish(paths: list[Path], site: Path, history: int = 10, base_url: str | No
     result.runs = len(runs)
     views = build(runs, history)
     site.mkdir(parents=True, exist_ok=True)
+    if not (site / site_state.INDEX).is_file():
+        # a new site gets its index first: a publish killed while writing pages leaves a site the next publish
+        # recognises (and completes), not a folder of pages it must refuse
+        site_state.save_state(site, site_state.SiteState(), {})
     w = _Writer(site, st, result)
     w.text("style.css", CSS)
     by_key = {k: v for v in views for m in v.machines for k in m.keys}
@@ -200,6 +205,21 @@ def publish(paths: list[Path], site: Path, history: int = 10, base_url: str | No
     return result
 
 
+def base_url_problem(base_url: str | None) -> str | None:
+    """Why --base-url cannot head the summary's links (None when it can): http(s)://host/... or a relative path,
+    no `javascript:` or other scheme, nothing that ends a Markdown link or opens markup."""
+    if base_url is None:
+        return None
+    if len(base_url) > 2000 or any(c.isspace() or c in "<>()[]\"'`\\" or ord(c) < 32 for c in base_url):
+        return "spaces, quotes, brackets and control characters cannot be in a link; percent-encode them"
+    parts = urllib.parse.urlsplit(base_url)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return None
+    if not parts.scheme and not parts.netloc and not base_url.startswith("//"):
+        return None
+    return "must be http(s)://host/path or a relative path (no other scheme)"
+
+
 def run(paths: list[Path], site: Path, history: int, base_url: str | None) -> int:
     """The CLI's body: errors -> exit codes, a line per new run read, one summary line."""
     from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, err_console, print_error
@@ -208,6 +228,10 @@ def run(paths: list[Path], site: Path, history: int, base_url: str | None) -> in
 
     if history < 1:
         print_error(f"--history {history} must be at least 1")
+        return EXIT_INPUT
+    problem = base_url_problem(base_url)
+    if problem:
+        print_error(f"--base-url {base_url[:200]!r}: {problem}")
         return EXIT_INPUT
     try:
         with contextlib.ExitStack() as stack:

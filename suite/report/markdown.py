@@ -16,8 +16,15 @@ from suite.results.reader import Run
 
 
 def escape(text: Any) -> str:
-    """A table cell: pipes escaped, newlines flattened (GFM tables are one line per row)."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """A table cell: pipes escaped, newlines flattened (GFM tables are one line per row), and no HTML: a `<`
+    from a stored result (a scenario name, an error) is written as `&lt;`, so the text shows as text wherever
+    the Markdown is rendered, and never opens a tag."""
+    return plain(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def plain(text: Any) -> str:
+    """Text from results outside a table (titles, notes, the fixed axes): no HTML tag can open."""
+    return str(text).replace("<", "&lt;")
 
 
 def table(header: list[str], body: list[list[str]]) -> str:
@@ -29,7 +36,7 @@ def table(header: list[str], body: list[list[str]]) -> str:
 def pivot_markdown(p: Pivot, level: str = "###") -> str:
     parts = [f"{level} {p.title}", "", f"_{p.question}_", "", table(p.header, p.rows)]
     if p.notes:
-        parts += [""] + [f"- {n}" for n in p.notes]
+        parts += [""] + [f"- {plain(n)}" for n in p.notes]
     return "\n".join(parts)
 
 
@@ -39,14 +46,14 @@ def report_markdown(runs: list[Run], rows: list[CellRow], pivots: list[Pivot], g
     parts = ["# suite report", "", table(RUN_HEADERS, run_table(runs)), ""]
     fixed = fixed_axes(rows)
     if fixed:
-        parts += ["Same in every cell: " + ", ".join(f"{AXIS_HEADERS[a]}={v}" for a, v in fixed.items()), ""]
+        parts += ["Same in every cell: " + ", ".join(f"{AXIS_HEADERS[a]}={plain(v)}" for a, v in fixed.items()), ""]
     parts += [f"## Cells ({len(rows)})", ""]
     columns = display_columns(rows)
     notes: dict[str, int] = {}
     for title, section in groups(rows, group_by):
         header, body = text_table(section, columns, notes)
         if title:
-            parts += [f"### {title}", ""]
+            parts += [f"### {plain(title)}", ""]
         parts += [table(header, body), ""]
     if notes:
         parts += ["MFU accounting: " + "; ".join(footnotes(notes)), ""]

@@ -18,6 +18,7 @@ from suite.report.peaks import peak_pivot, peaks_csv, public_peaks
 from suite.report.pivots import pivots as build_pivots
 from suite.report.tables import COLUMN_KEYS, CellRow, cell_rows, public
 from suite.results.reader import Run
+from suite.results.store import write_file
 
 FORMATS = ("md", "html", "csv", "json")
 FILES = {"md": "report.md", "html": "report.html", "csv": "cells.csv", "json": "report.json"}
@@ -87,17 +88,13 @@ def render(runs: list[Run], formats: list[str], out: Path | None, group_by: list
             texts[f] = to_json(runs, rows, pivots + launch_cost_pivot(rows))
     if out is None:
         return texts
-    out.mkdir(parents=True, exist_ok=True)
-    if plots:
-        (out / "plots").mkdir(exist_ok=True)
-        for p in plots:
-            (out / "plots" / f"{p.name}.png").write_bytes(p.png)
+    # every file atomically (store.write_file): a reader of --out sees the old file or the new one, and a
+    # read-only folder or a file in the way is a WriteError naming the path (exit 3)
+    for p in plots:
+        write_file(out / "plots" / f"{p.name}.png", p.png)
     for f, text in texts.items():
-        path = out / FILES[f]
-        path.write_text(text, encoding="utf-8")
-        produced[f] = path
+        produced[f] = write_file(out / FILES[f], text)
     peaks = peaks_csv(rows) if "csv" in texts else None
     if peaks:  # the section's own table beside cells.csv (whose columns stay fixed)
-        produced["peaks-csv"] = out / "peaks.csv"
-        produced["peaks-csv"].write_text(peaks, encoding="utf-8")
+        produced["peaks-csv"] = write_file(out / "peaks.csv", peaks)
     return produced

@@ -62,6 +62,19 @@ def writing(path: Path):
         raise _cannot_write(Path(path), exc) from exc
 
 
+def write_file(path: Path, data: str | bytes) -> Path:
+    """A report's, an export's or a site's file: its folder made, written atomically over what was there, any
+    OS refusal (read-only, full, a file where a folder should be) one WriteError naming the path (exit 3)."""
+    path = Path(path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise WriteError(f"{path}: cannot write results (a folder is in the way); {WHAT_TO_DO}")
+        written = write_atomic(path, data, overwrite=True)
+        written.chmod(0o644)  # made to be shared (mkstemp's 0600 would keep it from others)
+        return written
+
+
 def utc_stamp(now: datetime | None = None) -> str:
     return (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
 
@@ -71,8 +84,9 @@ def utc_iso(t: float | None = None) -> str:
     return stamp.isoformat(timespec="seconds")
 
 
-def write_atomic(path: Path, text: str, *, overwrite: bool = False) -> Path:
-    """Write `text` to `path` atomically; refuse (StoreError) when it exists unless `overwrite`.
+def write_atomic(path: Path, text: str | bytes, *, overwrite: bool = False) -> Path:
+    """Write `text` (str: UTF-8; or bytes) to `path` atomically; refuse (StoreError) when it exists unless
+    `overwrite`.
 
     The temp file lives in the target folder (same file system, so the final link/rename is atomic) and is
     removed on every path out of this function, success or failure.
@@ -83,8 +97,8 @@ def write_atomic(path: Path, text: str, *, overwrite: bool = False) -> Path:
     except OSError as exc:
         raise _cannot_write(path, exc) from exc
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8") if isinstance(text, str) else text)
             f.flush()
             os.fsync(f.fileno())
         if overwrite:

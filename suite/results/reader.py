@@ -83,11 +83,13 @@ def read_cell_result(path: Path) -> CellResult:
 
 
 def cell_files(run: Path) -> list[Path]:
-    """A run's cells/*.json in file-name order; hidden names are skipped (write_atomic's temp files)."""
+    """A run's cells/*.json in file-name order; hidden names are skipped (write_atomic's temp files).  Whatever
+    else has such a name (a FIFO, a link, a folder) is listed too: reading it names what is wrong, where
+    skipping it silently would make `--resume` train that cell again."""
     cells = Path(run) / "cells"
     if not cells.is_dir():
         return []
-    return [f for f in sorted(cells.iterdir()) if f.suffix == ".json" and not f.name.startswith(".") and f.is_file()]
+    return [f for f in sorted(cells.iterdir()) if f.suffix == ".json" and not f.name.startswith(".")]
 
 
 def read_cell_results(run: Path) -> list[CellResult]:

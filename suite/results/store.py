@@ -25,6 +25,7 @@ and a failed cell (1).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -164,6 +165,38 @@ def create_run_dir(root: Path, scenario: str, git_commit: str | None, now: datet
     except OSError as exc:
         raise _cannot_write(base, exc) from exc
     raise StoreError(f"{base}: could not find a free run number near {number}")
+
+
+LOCK = ".lock"  # hidden: no reader lists it, pack leaves it out
+
+
+def lock_run(run: Path) -> int:
+    """Hold `run`'s lock for this session (an flock on <run>/.lock; the kernel drops it when the process ends,
+    kill -9 included): the file descriptor, to give to unlock_run.  Another session holding it is a
+    StoreError naming its pid (exit 2), before this one writes anything."""
+    path = Path(run) / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        raise _cannot_write(path, exc) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise StoreError(f"{run}: another suite session (pid {holder[:12]}) is running this run folder; wait for "
+                         "it to end (or stop it), then --resume") from None
+    except OSError as exc:
+        os.close(fd)
+        raise _cannot_write(path, exc) from exc
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def unlock_run(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)  # closing the descriptor releases the flock
 
 
 def create_work_dir(run: Path, cell_id: str, repeat: int) -> Path:

@@ -130,15 +130,31 @@ class Session:
     gpu_count: int
     previous: list[CellResult] = field(default_factory=list)  # results stored by earlier sessions (a resume)
     traces: CellTraces = field(default_factory=CellTraces)
+    lock: int | None = None  # the run folder's lock (store.lock_run), held until the session ends
 
 
 def open_run(file: Path | None, opts: RunOptions, console) -> Session:
-    """Make a run folder (or reopen one for --resume), write its scenario and this session's manifest."""
+    """Make a run folder (or reopen one for --resume), write its scenario and this session's manifest; the
+    session holds the run folder's lock from before its first write (a second session on it exits 2)."""
     run_dir, scenario, cells, saved, previous = open_scenario(file, opts)
+    selected, notes = select_cells(cells, opts.only or saved.get("only", []))  # a bad --only: no folder made
+    new = run_dir is None
+    if new:
+        run_dir = store.create_run_dir(opts.results, scenario.name, git_info()[0])
+    lock = store.lock_run(run_dir)
+    try:
+        return _open_session(file, opts, console, run_dir, new, scenario, cells, selected, notes, saved, previous,
+                             lock)
+    except BaseException:
+        store.unlock_run(lock)
+        raise
+
+
+def _open_session(file, opts, console, run_dir, new, scenario, cells, selected, notes, saved, previous,
+                  lock) -> Session:
     repeats = opts.repeats or saved.get("repeats")
     shuffle = opts.shuffle if opts.shuffle is not None else saved.get("shuffle")
     force = opts.force or saved.get("force", False)
-    selected, notes = select_cells(cells, opts.only or saved.get("only", []))
     worker = opts.worker_module or os.environ.get("SUITE_WORKER_MODULE") or DEFAULT_WORKER
     image = opts.image or saved.get("image")
     ray_address = opts.ray_address or saved.get("ray_address")
@@ -147,8 +163,7 @@ def open_run(file: Path | None, opts: RunOptions, console) -> Session:
                "ray_address": ray_address}
     facts = torch_info()
     gpu_count = len(facts.get("devices") or [])
-    if run_dir is None:
-        run_dir = store.create_run_dir(opts.results, scenario.name, git_info()[0])
+    if new:
         with store.writing(run_dir / "scenario.yaml"):
             store.write_atomic(run_dir / "scenario.yaml",
                                yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
@@ -174,7 +189,8 @@ def open_run(file: Path | None, opts: RunOptions, console) -> Session:
     store.write_manifest(run_dir, manifest, session)
     store.append_runlog(run_dir, "resume" if session != "manifest.json" else "run_start", session=session)
     plan = run_order(selected, repeats, shuffle)
-    return Session(run_dir, session, cells, plan, notes, force, worker, image, ray_address, gpu_count, previous)
+    return Session(run_dir, session, cells, plan, notes, force, worker, image, ray_address, gpu_count, previous,
+                   lock=lock)
 
 
 def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress: RunProgress,
@@ -281,8 +297,11 @@ def run_sessions(sessions: list[Session], opts: RunOptions, console) -> list[Run
             done[(cell.id, repeat)] = result
             store.append_runlog(s.run_dir, "cell_end", cell=cell.id, repeat=repeat, status=result.status)
             progress.end_cell(result)
+        return [finish(s, done, received) for s, done in zip(sessions, dones)]
     finally:
         progress.close()
         for sig, h in handlers.items():
             signal.signal(sig, h)
-    return [finish(s, done, received) for s, done in zip(sessions, dones)]
+        for s in sessions:
+            store.unlock_run(s.lock)
+            s.lock = None

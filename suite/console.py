@@ -64,8 +64,45 @@ def add_row(t: Table, values: Iterable[Any]) -> None:
     t.add_row(*(cell_text(v) for v in values))
 
 
-def table(title: str, columns: list[str], rows: Iterable[list[Any]]) -> Table:
-    """A table whose title, headers and cells are plain text (never markup), folded rather than cut."""
+LARGE_TABLE = 2000  # rows: beyond this a table is drawn as aligned plain lines (rich's layout costs ~1 ms a row)
+
+
+class PlainTable:
+    """A large table as aligned plain-text lines: the same title, columns and cells as `table`, drawn in O(rows)
+    (20,000 cells print in a fraction of a second); cells are one line each, without styles."""
+
+    def __init__(self, title: str, columns: list[str], rows: list[list[Any]]):
+        self.title, self.columns = title, columns
+        self.rows = [[_plain(v) for v in r] for r in rows]
+
+    def lines(self) -> list[str]:
+        widths = [max([len(c), *(len(r[i]) for r in self.rows if i < len(r))]) for i, c in enumerate(self.columns)]
+        rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+        def line(values: list[str]) -> str:
+            return "| " + " | ".join(v.ljust(w) for v, w in zip(values, widths)) + " |"
+
+        return [self.title, rule, line(self.columns), rule, *(line(r) for r in self.rows), rule]
+
+    def __rich_console__(self, console, options):
+        from rich.segment import Segment
+
+        for text in self.lines():
+            yield Segment(text)
+            yield Segment.line()
+
+
+def _plain(value: Any) -> str:
+    text = "-" if value is None else value.plain if isinstance(value, Text) else str(value)
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
+def table(title: str, columns: list[str], rows: Iterable[list[Any]]) -> Table | PlainTable:
+    """A table whose title, headers and cells are plain text (never markup), folded rather than cut; past
+    LARGE_TABLE rows, a PlainTable (the same content as aligned lines, in linear time)."""
+    rows = list(rows)
+    if len(rows) > LARGE_TABLE:
+        return PlainTable(title, columns, rows)
     t = Table(title=Text(title), show_lines=False)
     for c in columns:
         t.add_column(Text(c), overflow="fold")

@@ -77,7 +77,8 @@ class PeakMemory(_Record):
     activations: Bytes = Field(description="Peak bytes of activations saved for backward.")
     unsharded_parameters: Bytes = Field(0, description="Peak bytes of all-gathered (unsharded) parameters (FSDP).")
     total: Bytes = Field(description="Peak of all tracked categories together.")
-    by_category: dict[str, Bytes] = Field(default_factory=dict, description="Tracker's raw per-category peaks.")
+    by_category: dict[str, Bytes] = Field(fail_fast=True,
+                                          default_factory=dict, description="Tracker's raw per-category peaks.")
 
 
 class SetupTimes(_Record):
@@ -133,9 +134,11 @@ class RankRecord(_Record):
     device_name: str = Field(description="Device model (torch.cuda.get_device_name) or the CPU model.")
     status: Literal["ok", "diverged", "failed", "oom"]
     error: str | None = None
-    losses: list[float] = Field(description="Global mean loss per optimizer step (identical on all ranks).")
-    step_times_s: list[Seconds] = Field(description="Wall time of every optimizer step, device synchronized.")
-    grad_norms: list[float] = Field(
+    losses: list[float] = Field(fail_fast=True,
+                                description="Global mean loss per optimizer step (identical on all ranks).")
+    step_times_s: list[Seconds] = Field(fail_fast=True,
+                                        description="Wall time of every optimizer step, device synchronized.")
+    grad_norms: list[float] = Field(fail_fast=True,
         default_factory=list, description="Global L2 norm of the gradient each optimizer step applied (all ranks' "
         "shards together; there is no clipping), computed outside the timed step (suite/worker/gradients.py). "
         "The same on every rank once gradients are synchronized; empty in records written before schema 5.")
@@ -152,7 +155,8 @@ class RankRecord(_Record):
         0, description="How many times the worker group was restarted before this record was written (Ray's "
         "FailureConfig; always 0 under torchrun)."
     )
-    eval: list[EvalPoint] = Field(default_factory=list, description="Held-out evaluations, in step order.")
+    eval: list[EvalPoint] = Field(fail_fast=True,
+                                  default_factory=list, description="Held-out evaluations, in step order.")
     extra: dict[str, Any] = Field(default_factory=dict, description="Strategy-specific facts.")
 
     @model_validator(mode="before")
@@ -203,9 +207,9 @@ class Mfu(_Record):
 class MemoryComparison(_Record):
     """Measured per-rank bytes beside the planner's prediction (rank 0; ratio = measured / predicted)."""
 
-    measured: dict[str, Rate | None]
-    predicted: dict[str, Rate]
-    ratio: dict[str, Ratio | None]
+    measured: dict[str, Rate | None] = Field(fail_fast=True)
+    predicted: dict[str, Rate] = Field(fail_fast=True)
+    ratio: dict[str, Ratio | None] = Field(fail_fast=True)
 
 
 class Gate(_Record):
@@ -260,7 +264,8 @@ class _AxesBase(_Record):
     def _keep_order(cls, data: Any, handler: Any) -> Any:
         axes = handler(data)
         if isinstance(data, dict):
-            axes._order = tuple(k for k in data if k in type(axes).model_fields)
+            fields = cls.__pydantic_fields__  # (model_fields is a slow property when read once per key)
+            axes._order = tuple(k for k in data if k in fields)
         return axes
 
     def __eq__(self, other: object) -> bool:  # the values, not the order they were written in
@@ -300,23 +305,26 @@ class CellResult(_Record):
     started_at: str
     finished_at: str
     launcher: str
-    losses: list[float] = Field(default_factory=list)
+    losses: list[float] = Field(fail_fast=True, default_factory=list)
     final_loss: float | None = None
-    grad_norms: list[float] = Field(default_factory=list, description="Rank 0's global gradient norm per step "
+    grad_norms: list[float] = Field(fail_fast=True,
+                                    default_factory=list, description="Rank 0's global gradient norm per step "
                                     "(schema 5; empty in older results).")
-    step_times_s: list[Seconds] = Field(default_factory=list, description="Measured (post-warm-up) steps, rank 0.")
+    step_times_s: list[Seconds] = Field(fail_fast=True,
+                                        default_factory=list, description="Measured (post-warm-up) steps, rank 0.")
     step_time: StepStats | None = None
     throughput: Throughput | None = None
     mfu: Mfu | None = None
     memory: MemoryComparison | None = None
     prediction: dict[str, Any] = Field(description="suite.plan.Prediction for the cell, dumped.")
     overhead_s: Overhead | None = None
-    gates: list[Gate] = Field(default_factory=list)
-    ranks: list[RankInfo] = Field(default_factory=list)
+    gates: list[Gate] = Field(fail_fast=True, default_factory=list)
+    ranks: list[RankInfo] = Field(fail_fast=True, default_factory=list)
     restarts: int = 0
     first_failure: RankFailure | None = Field(
         None, description="Which rank died first and how (launcher: torchrun / container), when one failed.")
-    eval: list[EvalPoint] = Field(default_factory=list, description="Held-out evaluations (rank 0's), in step order.")
+    eval: list[EvalPoint] = Field(fail_fast=True,
+                                  default_factory=list, description="Held-out evaluations (rank 0's), in step order.")
     time_to_target: TimeToTarget | None = Field(None, description="convergence.target: when it was reached.")
     extra: dict[str, Any] = Field(default_factory=dict)
 
@@ -370,7 +378,7 @@ class Manifest(_Record):
     run_id: str
     scenario: str
     created_at: str
-    command: list[str]
+    command: list[str] = Field(fail_fast=True)
     suite_version: str
     git_commit: str | None
     git_dirty: bool | None
@@ -379,12 +387,13 @@ class Manifest(_Record):
     cuda: str | None
     nccl: str | None
     driver: str | None
-    devices: list[str]
+    devices: list[str] = Field(fail_fast=True)
     device_count: int
     cpu_model: str
     hostname: str
     container_image: str | None = Field(None, description="Image reference the cells ran in, if any.")
     container_image_digest: str | None = None
     seed: int | list[int] = Field(description="The scenario's seed, or its seed axis (seed: [0, 1, 2]).")
-    env: dict[str, str] = Field(description="Allowlisted environment variables only (never the whole env).")
+    env: dict[str, str] = Field(fail_fast=True,
+                                description="Allowlisted environment variables only (never the whole env).")
     extra: dict[str, Any] = Field(default_factory=dict, description="E.g. preflight all-reduce bus bandwidth.")

@@ -12,7 +12,7 @@ from rich.console import Group
 from rich.table import Table
 
 from suite.axes import varying_axes
-from suite.console import add_row, nbytes, si, styled, table
+from suite.console import PlainTable, nbytes, si, styled, table
 from suite.results import reader
 from suite.results.schema import CellResult
 
@@ -40,25 +40,25 @@ def _varying_axes(results: list[CellResult]) -> list[str]:
     return [a for a in axes if a == "model" or a in varying]
 
 
-def cells_table(results: list[CellResult], title: str) -> Table:
+def cells_table(results: list[CellResult], title: str) -> Table | PlainTable:
     """One row per cell result: axes that vary, status, loss, timing, throughput, MFU, memory ratio, overhead."""
     axes = _varying_axes(results)
     cols = ["cell", *axes, "status", "final loss", "step ms (p50)", "tokens/s/dev", "MFU",
             "mem ratio p/g/o", "launch+setup s", "train s", "teardown s", "gates / error"]
-    t = table(title, cols, [])
+    rows = []
     for r in results:
         ratio = r.memory.ratio if r.memory else {}
         mem = "/".join(_f(ratio.get(k), ".2f") or "-" for k in ("parameters", "gradients", "optimizer_states"))
         o = r.overhead_s
         gates = ", ".join(f"{g.name} {'ok' if g.passed else 'FAILED'}" for g in r.gates)
         note = gates if r.status == "ok" else first_line(r.error)
-        add_row(t, [f"{r.cell_id}-r{r.repeat}", *(str(r.axes.get(a)) for a in axes), _status(r.status),
+        rows.append([f"{r.cell_id}-r{r.repeat}", *(str(r.axes.get(a)) for a in axes), _status(r.status),
                     _f(r.final_loss) or "-", _f(r.step_time.median * 1e3, ".1f") if r.step_time else "-",
                     si(r.throughput.tokens_per_s_per_device) if r.throughput else "-",
                     f"{r.mfu.value:.1%}" if r.mfu and r.mfu.value is not None else "-", mem,
                     _f(o.launch + o.setup, ".1f") if o else "-", _f(o.train, ".1f") if o else "-",
                     _f(o.teardown, ".1f") if o else "-", note])
-    return t
+    return table(title, cols, rows)
 
 
 def status_counts(results: list[CellResult]) -> dict[str, int]:

@@ -31,7 +31,7 @@ from suite.device import resolve_device as resolve_device_kind
 from suite.launch import DEFAULT_WORKER, failures as launch_failures, LaunchRequest, LaunchResult
 from suite.plan import Prediction, predict
 from suite.results.schema import Axes, CellResult, RankFailure, RankInfo, RankRecord
-from suite.results.store import utc_iso
+from suite.results.store import utc_iso, write_atomic, writing
 from suite.runner import aggregate
 
 EXIT_CODES = {3: "diverged", 4: "oom", 1: "failed"}
@@ -62,8 +62,10 @@ def launch_request(cell, workdir: Path, device: str, *, worker_module: str = DEF
 
 
 def write_payload(cell, request: LaunchRequest) -> LaunchRequest:
-    """Write the cell as the worker's payload (the request's cell.json); returns the request."""
-    Path(request.payload).write_text(cell.model_dump_json(indent=1), encoding="utf-8")
+    """Write the cell as the worker's payload (the request's cell.json), atomically: a full disk is a WriteError
+    naming it (exit 3), never an empty cell.json a worker would fail on; returns the request."""
+    with writing(request.payload):
+        write_atomic(Path(request.payload), cell.model_dump_json(indent=1), overwrite=True)
     return request
 
 

@@ -212,8 +212,10 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
     progress.start_cell(cell, repeat, workdir)
     request = launch_request(cell, workdir, device, worker_module=s.worker, image=s.image,
                              ray_address=s.ray_address)
-    try:  # writing the payload (a full disk) or a launcher bug fails this cell (traceback kept), never the run
+    try:  # a launcher bug fails this cell (traceback kept), never the run
         launched = launch(write_payload(cell, request), stop=stop, on_poll=progress.poll)
+    except store.WriteError:  # the disk is full or read-only: the run cannot store anything more (exit 3)
+        raise
     except Exception as exc:
         launched = LaunchResult(launcher=request.launcher, returncode=None,
                                 error=f"the launcher raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")

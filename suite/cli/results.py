@@ -28,7 +28,10 @@ def results_ls(root: Path = typer.Argument(Path("results"), help="Results root."
         err_console.print(f"[red]error:[/red] {escape(str(root))}: not a folder; give the results root (the "
                           "folder `suite run --results` wrote to)", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_INPUT)
-    console.print(runs_table(root))
+    warnings: list[str] = []
+    console.print(runs_table(root, warnings))
+    for warning in warnings:  # listed above with why; the whole line here, on stderr
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
 @results_app.command("show")

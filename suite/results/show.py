@@ -68,19 +68,29 @@ def status_counts(results: list[CellResult]) -> dict[str, int]:
     return counts
 
 
-def runs_table(root: Path) -> Table:
-    """Every run folder under a results root: scenario, run, time, commit, counts per status."""
+def _within(run: Path, exc: Exception) -> str:
+    """A read error's first line, its file named relative to the run folder (the table names the folder)."""
+    return str(exc).splitlines()[0].replace(f"{run}/", "")[:160] if str(exc) else type(exc).__name__
+
+
+def runs_table(root: Path, warnings: list[str] | None = None) -> Table:
+    """Every run folder under a results root: scenario, run, time, commit, counts per status.  A run whose
+    manifest or cells cannot be read is listed with why; its full error is appended to `warnings`."""
     rows = []
     for run in reader.iter_run_dirs(root):
         try:
             m = reader.read_manifest(run)
             when, commit = m.created_at, (m.git_commit or "-")[:7] + ("*" if m.git_dirty else "")
         except reader.StoreError as exc:  # listed anyway, with why it is unreadable
-            when, commit = f"unreadable manifest: {str(exc).splitlines()[0][:60]}", "-"
+            when, commit = f"unreadable: {_within(run, exc)}", "-"
+            if warnings is not None:
+                warnings.append(str(exc).splitlines()[0])
         try:
             results = reader.read_cell_results(run)
         except reader.StoreError as exc:
-            rows.append([run.parent.name, run.name, when, commit, "-", f"unreadable: {str(exc)[:80]}", str(run)])
+            rows.append([run.parent.name, run.name, when, commit, "-", f"unreadable: {_within(run, exc)}", str(run)])
+            if warnings is not None:
+                warnings.append(str(exc).splitlines()[0])
             continue
         counts = " ".join(f"{k} {v}" for k, v in sorted(status_counts(results).items())) or "no cells yet"
         rows.append([run.parent.name, run.name, when, commit, len(results), counts, str(run)])

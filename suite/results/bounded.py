@@ -162,6 +162,22 @@ def parse_json(text: str, path: Path, kind: str) -> Any:
         raise refuse(path, kind, f"not valid JSON: {' '.join(str(exc).split())[:200]}") from None
 
 
+def loose_problem(value: Any) -> str | None:
+    """Why a free-form part of a record (a dict of any JSON: `extra`, `prediction`) is past the limits a parsed
+    document is held to (depth, integer digits), or None.  The typed fields have their own bounds."""
+    stack, limit = [(value, 1)], 10 ** MAX_INT_DIGITS
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH}"
+        for v in (item.values() if isinstance(item, dict) else item):
+            if isinstance(v, (dict, list)):
+                stack.append((v, depth + 1))
+            elif isinstance(v, int) and not isinstance(v, bool) and not -limit < v < limit:
+                return f"an integer of more than {MAX_INT_DIGITS} digits"
+    return None
+
+
 def read_json(path: Path, kind: str, *, within: Path | None = None, parent_checked: bool = False) -> Any:
     """The JSON document in the file `path` (read_bytes' checks, then parse_json's)."""
     return parse_json(read_text(path, kind, within=within, parent_checked=parent_checked), path, kind)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Sequence
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_serializer, field_validator,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_serializer, field_validator,
                       model_serializer, model_validator)
 
 from suite.axes import LATER_AXES, TABLE
+from suite.results import bounded
 from suite.scenario import Cell
 from suite.stats import percentile
 
@@ -39,6 +40,17 @@ Rate = Annotated[float, Field(ge=0, le=1e24, allow_inf_nan=False)]  # per second
 Bytes = Annotated[int, Field(ge=0, le=1 << 62)]
 Count = Annotated[int, Field(ge=0, le=1 << 40)]
 Ratio = Annotated[float, Field(ge=-1e12, le=1e12, allow_inf_nan=False)]
+
+
+def _within_limits(value: dict[str, Any]) -> dict[str, Any]:
+    problem = bounded.loose_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+# A free-form part of a record (strategy facts, the dumped prediction): any JSON, within the reader's limits.
+Loose = Annotated[dict[str, Any], AfterValidator(_within_limits)]
 
 
 class _Record(BaseModel):
@@ -157,7 +169,7 @@ class RankRecord(_Record):
     )
     eval: list[EvalPoint] = Field(fail_fast=True,
                                   default_factory=list, description="Held-out evaluations, in step order.")
-    extra: dict[str, Any] = Field(default_factory=dict, description="Strategy-specific facts.")
+    extra: Loose = Field(default_factory=dict, description="Strategy-specific facts.")
 
     @model_validator(mode="before")
     @classmethod
@@ -316,7 +328,7 @@ class CellResult(_Record):
     throughput: Throughput | None = None
     mfu: Mfu | None = None
     memory: MemoryComparison | None = None
-    prediction: dict[str, Any] = Field(description="suite.plan.Prediction for the cell, dumped.")
+    prediction: Loose = Field(description="suite.plan.Prediction for the cell, dumped.")
     overhead_s: Overhead | None = None
     gates: list[Gate] = Field(fail_fast=True, default_factory=list)
     ranks: list[RankInfo] = Field(fail_fast=True, default_factory=list)
@@ -326,7 +338,7 @@ class CellResult(_Record):
     eval: list[EvalPoint] = Field(fail_fast=True,
                                   default_factory=list, description="Held-out evaluations (rank 0's), in step order.")
     time_to_target: TimeToTarget | None = Field(None, description="convergence.target: when it was reached.")
-    extra: dict[str, Any] = Field(default_factory=dict)
+    extra: Loose = Field(default_factory=dict)
 
     # (the Cell read, the cell exactly as the record wrote it): for writing it back unchanged (below)
     _cell_written: tuple[Cell, dict] | None = PrivateAttr(default=None)
@@ -396,4 +408,4 @@ class Manifest(_Record):
     seed: int | list[int] = Field(description="The scenario's seed, or its seed axis (seed: [0, 1, 2]).")
     env: dict[str, str] = Field(fail_fast=True,
                                 description="Allowlisted environment variables only (never the whole env).")
-    extra: dict[str, Any] = Field(default_factory=dict, description="E.g. preflight all-reduce bus bandwidth.")
+    extra: Loose = Field(default_factory=dict, description="E.g. preflight all-reduce bus bandwidth.")

@@ -111,8 +111,19 @@ def table(title: str, columns: list[str], rows: Iterable[list[Any]]) -> Table | 
     return t
 
 
+MAX_MESSAGE = 2000  # characters of one error or warning line: a hostile file's name or value can be megabytes
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE) -> str:
+    """A message as one line of at most `limit` characters (the middle cut out, saying how much)."""
+    text = " ".join(str(text).split("\n")) if "\n" in str(text) else str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit * 3 // 4]} [... {len(text) - limit} characters ...] {text[-limit // 4:]}"
+
+
 def print_error(exc: BaseException | str) -> None:
     """One `error: ...` line on stderr; the text is the user's or the OS's, so never read as rich markup."""
     from rich.markup import escape
 
-    err_console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {escape(one_line(str(exc)))}", highlight=False, soft_wrap=True)

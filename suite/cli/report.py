@@ -18,7 +18,9 @@ from suite.console import console, err_console
 def _error(message: str, code: int = 2) -> int:
     from rich.markup import escape
 
-    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    from suite.console import one_line
+
+    err_console.print(f"[red]error:[/red] {escape(one_line(message))}", highlight=False, soft_wrap=True)
     return code
 
 
@@ -97,9 +99,11 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
                 return _cannot_write(exc)
             err_console.print(f"wrote {out}", highlight=False, markup=False)
     if result.env:
-        err_console.print("warning: the environments differ in: "
-                          + "; ".join(f"{d.field} ({d.baseline} -> {d.current})" for d in result.env),
-                          style="yellow", highlight=False, markup=False)
+        from suite.console import one_line
+
+        err_console.print(one_line("warning: the environments differ in: " + "; ".join(
+            f"{d.field} ({one_line(str(d.baseline), 120)} -> {one_line(str(d.current), 120)})" for d in result.env)),
+            style="yellow", highlight=False, markup=False, soft_wrap=True)
         refused = [d.field for d in result.env if d.field not in ignore_env]
         if strict and refused:
             return _error(f"--strict: refusing to compare results whose environments differ in {', '.join(refused)}"

@@ -21,7 +21,7 @@ def results_ls(root: Path = typer.Argument(Path("results"), help="Results root."
     """List run folders: scenario, time, commit, counts per status (unreadable ones too, with why)."""
     from rich.markup import escape
 
-    from suite.console import EXIT_INPUT, console, err_console
+    from suite.console import EXIT_INPUT, console, err_console, one_line
     from suite.results.show import runs_table
 
     if root.exists() and not root.is_dir():  # listing nothing would hide the mistake
@@ -31,7 +31,7 @@ def results_ls(root: Path = typer.Argument(Path("results"), help="Results root."
     warnings: list[str] = []
     console.print(runs_table(root, warnings))
     for warning in warnings:  # listed above with why; the whole line here, on stderr
-        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/yellow] {escape(one_line(warning))}", highlight=False, soft_wrap=True)
 
 
 @results_app.command("show")

@@ -34,7 +34,7 @@ from suite import __version__, stats
 from suite.results import bounded, reader
 from suite.results.reader import Run
 from suite.results.schema import CellResult, Manifest
-from suite.results.store import write_atomic
+from suite.results.store import WriteError, write_atomic
 
 FORMAT, VERSION = "suite-site", 1
 INDEX = "index.json"
@@ -90,6 +90,9 @@ def record(result: CellResult) -> dict[str, Any]:
 def load_state(site: Path) -> SiteState:
     """The state of an existing site; an empty one for a missing or empty folder; SiteError for anything else."""
     index = site / INDEX
+    if site.exists() and not site.is_dir():
+        raise WriteError(f"{site}: a file is in the way of the site folder; give --out a folder (new, empty, or "
+                         "an earlier site)")
     if not index.is_file():
         if site.exists() and (not site.is_dir() or any(site.iterdir())):
             raise SiteError(f"{site}: not a suite site (no {INDEX}) and not empty: publish into a new or empty "
@@ -100,9 +103,10 @@ def load_state(site: Path) -> SiteState:
     except (OSError, reader.StoreError) as exc:
         raise SiteError(f"{index}: cannot read the site's index: {exc}; publish into a new folder") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise SiteError(f"{index}: not a suite site index (format {doc.get('format') if isinstance(doc, dict) else '?'!r})")
+        found = str(doc.get("format"))[:40] if isinstance(doc, dict) else "?"
+        raise SiteError(f"{index}: not a suite site index (format {found!r})")
     if doc.get("version") != VERSION:
-        raise SiteError(f"{index}: site format version {doc.get('version')!r}, this suite writes {VERSION}: "
+        raise SiteError(f"{index}: site format version {str(doc.get('version'))[:40]!r}, this suite writes {VERSION}: "
                         "publish into a new folder")
     runs, pages = doc.get("runs"), doc.get("pages")
     if not isinstance(runs, dict) or not isinstance(pages, dict):
@@ -133,7 +137,8 @@ def ingest(paths: Iterable[Path], state: SiteState, progress: Callable[[str], No
                 known += 1
                 continue
             results = reader.read_cell_results(run_dir)
-            state.runs[key] = {"path": str(run_dir), "fingerprint": fp, "manifest": manifest.model_dump(mode="json"),
+            state.runs[key] = {"path": str(run_dir), "fingerprint": fp,
+                               "manifest": _plain(manifest.model_dump(mode="json")),
                                "results": [record(r) for r in results]}
             added.append(key)
             progress(f"read {run_dir} ({len(results)} result(s))")

@@ -150,12 +150,42 @@ def too_deep(text: str) -> bool:
     return bool(brackets)
 
 
+_SURROGATE = re.compile(r"\\u[dD][89abcdefABCDEF][0-9a-fA-F]{2}")
+
+
+def has_surrogate_escape(text: str) -> bool:
+    """Whether the JSON text escapes a UTF-16 surrogate (a pair stands for one character; a lone one is not
+    text at all, and fails when printed or written)."""
+    return "\\u" in text and _SURROGATE.search(text) is not None
+
+
+def _lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        for v in (item.items() if isinstance(item, dict) else item if isinstance(item, list) else ()):
+            parts = v if isinstance(item, dict) else (v,)
+            for x in parts:
+                if isinstance(x, str):
+                    try:
+                        x.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return True
+                elif isinstance(x, (dict, list)):
+                    stack.append(x)
+    return False
+
+
 def parse_json(text: str, path: Path, kind: str) -> Any:
-    """The JSON document `text` within the depth and integer limits (StoreError naming `path`)."""
+    """The JSON document `text` within the depth and integer limits, its strings Unicode (StoreError naming
+    `path`)."""
     if too_deep(text):
         raise refuse(path, kind, f"JSON nested deeper than a record can be ({MAX_DEPTH})")
     try:
-        return json.loads(text, parse_int=_int)  # Python alone would refuse only past 4,300 digits
+        value = json.loads(text, parse_int=_int)  # Python alone would refuse only past 4,300 digits
+        if has_surrogate_escape(text) and _lone_surrogate([value]):
+            raise refuse(path, kind, "a string holds a lone UTF-16 surrogate (\\uD800-\\uDFFF), which is not text")
+        return value
     except RecursionError:
         raise refuse(path, kind, f"JSON nested deeper than a record can be ({MAX_DEPTH})") from None
     except ValueError as exc:  # json.JSONDecodeError is one; so is _int's refusal

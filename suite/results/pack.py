@@ -160,6 +160,11 @@ def pack(paths: list[Path], out: Path) -> PackInfo:
 
     def add(tar: tarfile.TarFile, name: str, src: Path | None, data: bytes | Path | None = None) -> None:
         """One member: a folder (data None), bytes, or the file `data` (read only once it is known to fit)."""
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise PackError(f"{src}: its name is not UTF-8; an archive lists names as UTF-8: rename it or move it "
+                            "out of the run folder") from None
         if any(c in name for c in "\n\r\\"):
             raise PackError(f"{src}: a newline or backslash in its name cannot be listed in {SUMS}")
         size = os.lstat(data).st_size if isinstance(data, Path) else len(data or b"")

@@ -67,7 +67,7 @@ def read_record(model: type[Record], path: Path, what: str, *, within: Path | No
                                  parent_checked=parent_checked)
     except FileNotFoundError as exc:
         raise StoreError(f"{path}: cannot read {what}: no such file; {FIX}") from exc
-    if not bounded.too_deep(text):
+    if not bounded.too_deep(text) and not bounded.has_surrogate_escape(text):
         try:
             record = model.model_validate_json(text)
         except ValidationError:

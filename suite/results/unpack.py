@@ -33,6 +33,11 @@ from suite.results.pack import (ARCHIVE_SUFFIXES, FORMAT, FORMAT_VERSION, INFO, 
                                 _sha256_file, run_files)
 
 
+def clip(text: str, limit: int = 200) -> str:
+    """A name from the archive, short enough for one error line."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 class _Refused(Exception):
     """A refusal raised while the archive is read (inside tarfile, a stream); unpack names the archive."""
 
@@ -77,6 +82,8 @@ def _check_member(m: tarfile.TarInfo, seen: dict[str, str]) -> str:
         "a symbolic link" if m.issym() else "a hard link" if m.islnk() else "a device" if m.isdev() else
         f"of tar type {m.type!r}")
     why = (f"is {kind}: only regular files and folders are allowed" if kind else
+           "has a name too long for a file system" if len(m.name.encode("utf-8", "surrogateescape")) > 1024 or
+           any(len(p.encode("utf-8", "surrogateescape")) > 255 for p in parts) else
            "is an absolute path" if m.name.startswith("/") else
            "has '..' in its path" if ".." in parts else
            "is not a plain relative path" if "/".join(parts) != m.name else
@@ -87,7 +94,7 @@ def _check_member(m: tarfile.TarInfo, seen: dict[str, str]) -> str:
            "is a file outside the run folders (<scenario>/<run>/...)" if m.isfile() and len(parts) <= 3 and not (
                len(parts) == 2 and parts[1] in (SUMS, INFO)) else "")
     if why:
-        raise _Refused(f"member {m.name!r} {why}")
+        raise _Refused(f"member {clip(m.name)!r} {why}")
     for i in range(1, len(parts)):
         seen.setdefault("/".join(parts[:i]), "parent")
     seen[m.name] = "file" if m.isfile() else "dir"
@@ -134,11 +141,11 @@ def _verify(archive: Path, top: Path, files: dict[str, str]) -> list[str]:
         if not match or listed.setdefault(match.group(2), match.group(1)) != match.group(1):
             raise PackError(f"{archive}: {TOP}/{SUMS} line {i} is not '<sha256>  <path>', once a path: {damaged}")
     for name in sorted(set(files) - {SUMS} - set(listed)):
-        raise PackError(f"{archive}: {TOP}/{name} is not listed in {SUMS}: {damaged}")
+        raise PackError(f"{archive}: {TOP}/{clip(name)} is not listed in {SUMS}: {damaged}")
     for name in sorted(set(listed) - set(files)):
-        raise PackError(f"{archive}: {TOP}/{name} is listed in {SUMS} but not in the archive: {damaged}")
+        raise PackError(f"{archive}: {TOP}/{clip(name)} is listed in {SUMS} but not in the archive: {damaged}")
     for name in sorted(n for n in listed if listed[n] != files[n]):
-        raise PackError(f"{archive}: checksum mismatch: {TOP}/{name}: {damaged}")
+        raise PackError(f"{archive}: checksum mismatch: {TOP}/{clip(name)}: {damaged}")
     try:
         info = bounded.read_json(top / INFO, "pack metadata", within=top)
         described, version = sorted(str(r["path"]) for r in info["runs"]), info["format_version"]
@@ -150,8 +157,8 @@ def _verify(archive: Path, top: Path, files: dict[str, str]) -> list[str]:
                         f"({' '.join(str(exc).split())[:300]})") from None
     runs = sorted(f"{s.name}/{r.name}" for s in top.iterdir() if s.is_dir() for r in s.iterdir())
     if runs != described or not all((top / r / reader.MANIFEST).is_file() for r in runs):
-        raise PackError(f"{archive}: {INFO} lists the runs {described}; the archive holds {runs}, each of which "
-                        f"must have a {reader.MANIFEST}")
+        raise PackError(f"{archive}: {INFO} lists the runs {clip(str(described))}; the archive holds "
+                        f"{clip(str(runs))}, each of which must have a {reader.MANIFEST}")
     return runs
 
 

@@ -91,6 +91,12 @@ def read_stored(run_dir: Path) -> tuple[Scenario, dict, list[CellResult]]:
         previous = reader.read_cell_results(run_dir)
     except reader.StoreError as exc:
         raise _damaged(run_dir, str(exc)) from exc
+    for path, result in zip(reader.cell_files(run_dir), previous):
+        # a record under another cell's name (a copy, a link to another record) would leave its own cell looking
+        # undone: resumed, trained, then refused when its result cannot take the name
+        if path.name != f"{result.cell_id}-r{result.repeat}.json":
+            raise _damaged(run_dir, f"{path} holds the result of {result.cell_id[:40]}-r{result.repeat}, not of "
+                                    f"the cell its name says")
     if not isinstance(saved, dict):
         raise _damaged(run_dir, f"{run_dir / reader.MANIFEST}: extra.options is not a mapping")
     for name, types in OPTION_TYPES.items():

@@ -80,14 +80,17 @@ def read_bytes(path: Path, kind: str, *, within: Path | None = None, parent_chec
     caller has checked the file's folder lies inside it (one check for a folder of 20,000 records).  A missing
     file raises FileNotFoundError, so callers that treat "absent" differently from "damaged" still can."""
     limit = LIMITS[kind]  # (paths stay as given: 20,000 Path objects are a measurable part of `results show`)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
     if os.path.islink(path):
         if not os.path.exists(path):
             raise refuse(path, kind, f"a link to {os.readlink(path)[:200]!r}, which does not exist")
         check_inside(path, within if within is not None else os.path.dirname(path))
-    elif within is not None and not parent_checked:
-        check_inside(os.path.dirname(path), within)
+    else:
+        flags |= os.O_NOFOLLOW  # a link swapped in after this look is refused by open, not followed
+        if within is not None and not parent_checked:
+            check_inside(os.path.dirname(path), within)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:

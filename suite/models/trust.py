@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
+import site
 import sys
 import sysconfig
 from importlib.machinery import PathFinder
@@ -70,9 +71,11 @@ def find_project(start: Path) -> Path:
 
 
 def _environment_roots() -> list[str]:
+    """Where installed code lives: the interpreter's and the environment's prefixes, the standard library,
+    site-packages (the user's too); nothing found there is a project's own code."""
     paths = sysconfig.get_paths()
     roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    roots |= {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    roots |= {sys.prefix, sys.base_prefix, sys.exec_prefix, site.getusersitepackages(), *site.getsitepackages()}
     return sorted(os.path.realpath(r) for r in roots if r)
 
 
@@ -90,6 +93,8 @@ def _in_project(top: str, project: Path) -> bool:
         return False
     places = list(spec.submodule_search_locations or []) or [spec.origin or ""]
     root, env = os.path.realpath(project), _environment_roots()
+    if os.path.dirname(root) == root:  # a scenario at the file system's root has no project to speak of
+        return False
     return all(p and _inside(os.path.realpath(p), root) and not any(_inside(os.path.realpath(p), e) for e in env)
                for p in places)
 

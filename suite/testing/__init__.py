@@ -12,8 +12,9 @@ Test files and scripts/ reach them as `from suite.testing.X import Y`; nothing h
     overhead_probe that process: suite's worker and the bare loop alternating on one cell
     scenario_fuzz  the scenario-file fuzzer's mutator and check (tests/unit/test_scenario_fuzz.py,
                    scripts/fuzz-scenarios)
-    results_fuzz   the results-reader fuzzer: hostile copies of real run folders and packs, every reading command
-                   run in one guarded child process (tests/unit/test_results_fuzz.py, scripts/fuzz-results)
+    results_fuzz/  the results-reader fuzzer (a package): hostile copies of real run folders and packs, every
+                   reading command run in one guarded child process (tests/unit/test_results_fuzz.py,
+                   scripts/fuzz-results)
     gpu_check      the GPU check of a lent machine and its rehearsal here (scripts/gpu-check, docs/gpu-check.md)
     gpu_programs   the programs its steps run inside the interpreter they check (stand-in, scenarios, harness)
 

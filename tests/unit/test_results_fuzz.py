@@ -3,7 +3,7 @@ reads results, give exit 0 (at most a one-line warning) or a short exit 2 / 3 er
 never exit 70, a traceback, a hang, another exit code, a leak of a file outside the run, or a training launch.
 
 The mutator, the runner (one child process running the commands in-process) and the check are
-suite/testing/results_fuzz.py; scripts/fuzz-results uses them too, with a seeded `random.Random` for thousands of
+suite/testing/results_fuzz/; scripts/fuzz-results uses them too, with a seeded `random.Random` for thousands of
 cases.  Here hypothesis draws the choices, so a failure shrinks to a few edits; then explicit regression cases
 for the hostile inputs met so far, one command each; then the fuzzer's own checks (it sees each kind of failure,
 its clean baselines pass, its mutator reaches many edits, `run --resume` never launches anything).

@@ -94,7 +94,7 @@ class PlainTable:
 
 def _plain(value: Any) -> str:
     text = "-" if value is None else value.plain if isinstance(value, Text) else str(value)
-    return "".join(c if c.isprintable() else " " for c in text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else " " for c in text)
 
 
 def table(title: str, columns: list[str], rows: Iterable[list[Any]]) -> Table | PlainTable:

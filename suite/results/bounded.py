@@ -199,14 +199,15 @@ def loose_problem(value: Any) -> str | None:
     """Why a free-form part of a record (a dict of any JSON: `extra`, `prediction`) is past the limits a parsed
     document is held to (depth, integer digits), or None.  The typed fields have their own bounds."""
     stack, limit = [(value, 1)], 10 ** MAX_INT_DIGITS
-    while stack:
+    while stack:  # (type() is, not isinstance: JSON makes exact types, and this runs for every record read)
         item, depth = stack.pop()
         if depth > MAX_DEPTH:
             return f"nested deeper than {MAX_DEPTH}"
-        for v in (item.values() if isinstance(item, dict) else item):
-            if isinstance(v, (dict, list)):
+        for v in (item.values() if type(item) is dict else item):
+            t = type(v)
+            if t is dict or t is list:
                 stack.append((v, depth + 1))
-            elif isinstance(v, int) and not isinstance(v, bool) and not -limit < v < limit:
+            elif t is int and not -limit < v < limit:
                 return f"an integer of more than {MAX_INT_DIGITS} digits"
     return None
 

@@ -118,8 +118,13 @@ def read_cell_results(run: Path) -> list[CellResult]:
     files = cell_files(run)
     if files:
         bounded.check_inside(Path(run) / "cells", run)
+    if len(files) < MANY:
+        return [read_cell_result(f, parent_checked=True) for f in files]
     with _no_gc_pauses():
         return [read_cell_result(f, parent_checked=True) for f in files]
+
+
+MANY = 500  # records: from here on, reading pauses the cyclic garbage collector (below)
 
 
 @contextmanager
@@ -127,8 +132,10 @@ def _no_gc_pauses():
     """Reading thousands of records makes millions of objects, none of them garbage: Python's cyclic collector
     would walk them again and again, while reading and in everything done with them after (more than half of
     `results show`'s time on 20,000 cells).  Off while reading; then what was read is frozen (gc.freeze: kept
-    out of later collections; reference counting still frees it)."""
+    out of later collections; reference counting still frees it).  Garbage there is already is collected first:
+    frozen, it would never be (a long-lived process reading many runs would grow without end)."""
     enabled = gc.isenabled()
+    gc.collect()
     gc.disable()
     try:
         yield

@@ -82,7 +82,7 @@ def runs_table(root: Path, warnings: list[str] | None = None) -> Table:
             m = reader.read_manifest(run)
             when, commit = m.created_at, (m.git_commit or "-")[:7] + ("*" if m.git_dirty else "")
         except reader.StoreError as exc:  # listed anyway, with why it is unreadable
-            when, commit = f"unreadable: {_within(run, exc)}", "-"
+            when, commit = f"unreadable manifest: {_within(run, exc)}", "-"
             if warnings is not None:
                 warnings.append(str(exc).splitlines()[0])
         try:

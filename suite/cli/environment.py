@@ -20,7 +20,8 @@ from suite.worker import faults
 def problems() -> list[str]:
     """One line per malformed variable (empty when every one is well-formed or unset)."""
     found = []
-    checks = ((faults.ENV, faults.check), (PLUGINS_ENV, lambda v: parse_names(v, PLUGINS_ENV)),
+    real_worker = os.environ.get("SUITE_WORKER_MODULE", "suite.worker") == "suite.worker"
+    checks = ((faults.ENV, lambda v: faults.check(v, real_worker)), (PLUGINS_ENV, lambda v: parse_names(v, PLUGINS_ENV)),
               (TRUST_ENV, lambda v: parse_names(v, TRUST_ENV)))
     for name, check in checks:
         value = os.environ.get(name)

@@ -103,10 +103,10 @@ def load_state(site: Path) -> SiteState:
     except (OSError, reader.StoreError) as exc:
         raise SiteError(f"{index}: cannot read the site's index: {exc}; publish into a new folder") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        found = str(doc.get("format"))[:40] if isinstance(doc, dict) else "?"
-        raise SiteError(f"{index}: not a suite site index (format {found!r})")
+        found = repr(doc.get("format"))[:40] if isinstance(doc, dict) else "'?'"
+        raise SiteError(f"{index}: not a suite site index (format {found})")
     if doc.get("version") != VERSION:
-        raise SiteError(f"{index}: site format version {str(doc.get('version'))[:40]!r}, this suite writes {VERSION}: "
+        raise SiteError(f"{index}: site format version {repr(doc.get('version'))[:40]}, this suite writes {VERSION}: "
                         "publish into a new folder")
     runs, pages = doc.get("runs"), doc.get("pages")
     if not isinstance(runs, dict) or not isinstance(pages, dict):

@@ -154,6 +154,15 @@ class Runner:
         return reply
 
 
+def _hwm_kb(pid: int) -> int:
+    """VmHWM of a running process in KiB (0 once it is gone or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("VmHWM:")), 0)
+    except (OSError, ValueError):
+        return 0
+
+
 def run_subprocess(args: list[str], cwd: Path, out: Path, err: Path, python: str | None = None) -> Reply:
     """The command as a fresh process (`python -m suite`; `run` through the disarmed entry), same limits."""
     python = python or sys.executable
@@ -168,7 +177,9 @@ def run_subprocess(args: list[str], cwd: Path, out: Path, err: Path, python: str
         proc = subprocess.Popen([python, *entry, *args], cwd=cwd, stdout=o, stderr=e, stdin=subprocess.DEVNULL,
                                 env=env, preexec_fn=limits, start_new_session=True)
         deadline, note, rusage, status = start + LIMIT_S + 5, None, None, None  # + 5: the interpreter's start
-        while True:
+        peak_kb = 0  # the child's own peak since exec (VmHWM), sampled while it runs: its rusage's ru_maxrss
+        while True:  # would count the pages it shared with this (forking, possibly large) process before exec
+            peak_kb = max(peak_kb, _hwm_kb(proc.pid))
             pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
@@ -186,5 +197,5 @@ def run_subprocess(args: list[str], cwd: Path, out: Path, err: Path, python: str
     if code is not None and code < 0:
         code, note = None, f"killed by signal {-code}"
     text, size = _stderr(err)
-    return Reply(code, time.perf_counter() - start, max(0.0, rusage.ru_maxrss / 1024 - SUBPROCESS_BASE_MB),
+    return Reply(code, time.perf_counter() - start, max(0.0, (peak_kb or rusage.ru_maxrss) / 1024 - SUBPROCESS_BASE_MB),
                  _tail(out, 2000), text, note, stderr_bytes=size)

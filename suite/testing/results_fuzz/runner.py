@@ -80,6 +80,7 @@ class Runner:
         self.scratch = scratch
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
+        self._pending = b""  # what the child wrote past the last line read
 
     def _env(self) -> dict:
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTEST_CURRENT_TEST")}
@@ -95,15 +96,29 @@ class Runner:
         log = open(self.scratch / "runner.log", "ab") if self.scratch else subprocess.DEVNULL
         self.proc = subprocess.Popen([self.python, "-m", "suite.testing.results_fuzz", "serve"], cwd=REPO,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self._env(),
-                                     start_new_session=True, text=True, bufsize=1)
+                                     start_new_session=True, bufsize=0)
+        self._pending = b""
         line = self._readline(120)
         if not line or "ready" not in line:
             self.close()
             raise RuntimeError(f"the fuzz runner did not start: {line!r}")
 
     def _readline(self, timeout: float) -> str | None:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        return self.proc.stdout.readline() if ready else None
+        """The child's next line within `timeout` seconds: None when none came in time, "" at end of file.  Read
+        from the raw descriptor with a deadline (a buffered readline after select could wait for ever on a
+        partial line)."""
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return ""
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line.decode("utf-8", "replace") + "\n"
 
     def close(self) -> None:
         if self.proc is None:
@@ -131,8 +146,7 @@ class Runner:
         req = {"args": args, "cwd": str(cwd), "out": str(out), "err": str(err), "fault": fault, "limit": limit}
         died = None
         try:
-            self.proc.stdin.write(json.dumps(req) + "\n")
-            self.proc.stdin.flush()
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
             line = self._readline(HARD_S)
         except (BrokenPipeError, OSError) as exc:
             line, died = None, f"runner died ({exc})"

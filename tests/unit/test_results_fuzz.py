@@ -220,6 +220,30 @@ def test_an_output_in_a_read_only_folder_is_exit_3(runner, tmp_path, command):
 
 # ---------------------------------------------------------------- the fuzzer itself
 
+@pytest.mark.parametrize("edit", ["scenario", "bytes"])
+def test_an_edit_replaces_an_earlier_edits_fifo_instead_of_waiting_on_it(tmp_path, edit):
+    """The CI hang of 2026-12-03: one edit made scenario.yaml a FIFO, a later edit of the same case opened it to
+    write and waited for ever for a reader.  Edits replace what is not a plain file."""
+    import stat
+    import threading
+
+    from suite.testing.results_fuzz.case import _Ctx
+    from suite.testing.results_fuzz.edits import edit_scenario
+
+    case = rf.case_from(tmp_path / "case", [])
+    target = case.run / "scenario.yaml"
+    target.unlink()
+    os.mkfifo(target)
+    ctx = _Ctx(case, lambda n: 0)
+    edits = {"scenario": edit_scenario, "bytes": lambda c: c.safe(target).write_bytes(b"x") and "bytes"}
+    done = threading.Thread(target=edits[edit], args=(ctx,), daemon=True)
+    done.start()
+    done.join(20)
+    if done.is_alive():  # free the stuck writer so the test process can end, then fail
+        os.close(os.open(target, os.O_RDONLY | os.O_NONBLOCK))
+        pytest.fail("the edit waited on the FIFO an earlier edit left")
+    assert stat.S_ISREG(os.lstat(target).st_mode)
+
 def test_every_untouched_source_passes_every_command(runner, tmp_path):
     """The baselines the mutator starts from are read fine by every command (else every case would "fail")."""
     outcomes = rf.warm(runner, tmp_path, rf.SOURCES)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -74,13 +75,21 @@ class _Ctx:
         return items[self.choose(len(items))] if len(items) > 1 else items[0]
 
     def safe(self, path: Path) -> Path:
-        """`path`, if it lies in the case's folder once every link on the way is followed (its own name may be a
-        link: edits replace links, never write through them); else _Unsafe."""
+        """`path`, if it lies in the case's folder once every link on the way is followed, ready to be written:
+        whatever an earlier edit put at its name that is not a plain file (a link, a FIFO, a device node, a
+        folder) is removed first: edits replace such things, never write through them (opening an earlier
+        edit's FIFO to write would wait for ever for a reader); else _Unsafe."""
         base = os.path.realpath(self.case.where)
         real = os.path.realpath(Path(path).parent)
         if real != base and not real.startswith(base + os.sep):
             raise _Unsafe(f"{Path(path).name!r} is outside the case")
-        if Path(path).is_symlink():
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return Path(path)
+        if stat.S_ISDIR(mode):
+            shutil.rmtree(path)
+        elif not stat.S_ISREG(mode):
             os.unlink(path)
         return Path(path)
 

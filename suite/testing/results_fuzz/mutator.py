@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from suite.testing.results_fuzz.archives import ARCHIVE_EDITS, _members, _pack_clean, _tree_members, _write_tar
-from suite.testing.results_fuzz.case import Case, _cells, _Ctx, _rel, _Unsafe
+from suite.testing.results_fuzz.case import Case, _cells, _Ctx, _plain, _rel, _Unsafe
 from suite.testing.results_fuzz.documents import _resolve, _with_raw
 from suite.testing.results_fuzz.edits import CONTENT_EDITS, FOLDER_EDITS, replace_special
 from suite.testing.results_fuzz.values import SOURCES, Choose, _deep
@@ -133,7 +133,8 @@ def _special(rel: str, kind: str) -> Callable[[_Ctx], str]:
 def _scenario_bytes(data: bytes, what: str) -> Callable[[_Ctx], str]:
     def edit(ctx: _Ctx) -> str:
         path = ctx.run / "scenario.yaml"
-        path.write_bytes(path.read_bytes()[:40] + data + path.read_bytes()[40:])
+        text = path.read_bytes() if _plain(path) else b""
+        ctx.safe(path).write_bytes(text[:40] + data + text[40:])
         return f"scenario.yaml: {what}"
     return edit
 

@@ -203,26 +203,47 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
                                         "local image (Docker SDK); its digest goes into the manifest.  Twice (A/B): "
                                         "one run folder per image, launches alternated."),
         preflight: bool = typer.Option(False, "--preflight", help="First measure the all-reduce bus bandwidth on "
-                                       "the run's world size and record it in the manifest (extra.preflight)."),
+                                       "the run's world size and the machine's state (suite machine), and record "
+                                       "them in the manifest (extra.preflight, extra.machine)."),
+        require_quiet: Optional[str] = typer.Option(None, "--require-quiet", metavar="wait|warn|refuse",
+                                                    help="Before each timed launch, look at the machine for 2 s; "
+                                                    "while other processes keep it busy: wait (then refuse), warn, "
+                                                    "or refuse (exit 3).  Overrides the scenario's quiet:."),
+        quiet_wait: Optional[float] = typer.Option(None, "--quiet-wait", min=0, max=86400, metavar="SECONDS",
+                                                   help="How long --require-quiet wait waits (default 300)."),
         trust: List[str] = typer.Option([], "--trust", help=TRUST_HELP)) -> None:
     """Run every cell of a scenario (torchrun or Ray) into a new, append-only run folder."""
     _trust(trust)
     import sys
 
+    from suite.machine.policy import QuietPolicy
+
+    if require_quiet is not None and require_quiet not in ("wait", "warn", "refuse"):
+        _error(f"--require-quiet {require_quiet!r}: expected wait, warn or refuse")
+        raise typer.Exit(2)
+    if quiet_wait is not None and require_quiet is None:
+        _error("--quiet-wait needs --require-quiet wait")
+        raise typer.Exit(2)
+    quiet = None if require_quiet is None else QuietPolicy(
+        mode=require_quiet, **({} if quiet_wait is None else {"max_wait_s": quiet_wait}))
+
     from suite.comm.launch import CommError
     from suite.console import EXIT_ENVIRONMENT, EXIT_INPUT, console, err_console
     from suite.results import store
     from suite.runner.progress import print_outcomes
-    from suite.runner.run import RunError, RunOptions, run_ab, run_scenario
+    from suite.runner.run import NotQuiet, RunError, RunOptions, run_ab, run_scenario
     from suite.scenario import ScenarioError
 
     file, resume_dir = (None, target) if resume and target.is_dir() else (target, None)
     opts = RunOptions(results=results, only=only, resume=resume, resume_dir=resume_dir, repeats=repeats,
                       shuffle=shuffle, force=force, image=image[0] if image else None, ray_address=ray_address,
-                      preflight=preflight, command=["suite", *sys.argv[1:]])
+                      preflight=preflight, quiet=quiet, command=["suite", *sys.argv[1:]])
     try:
         outcomes = run_ab(file, opts, image, err_console) if len(image) > 1 else [run_scenario(file, opts,
                                                                                                  err_console)]
+    except NotQuiet as exc:  # the machine, not the request: exit 3 like a disk that refuses
+        _error(str(exc))
+        raise typer.Exit(EXIT_ENVIRONMENT)
     except (ScenarioError, RunError) as exc:
         for problem in getattr(exc, "problems", None) or [str(exc)]:
             _error(problem)
@@ -239,6 +260,19 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
         raise typer.Exit(130 if exc.interrupted else 1)
     print_outcomes(outcomes, console, err_console)
     raise typer.Exit(max(o.exit_code for o in outcomes))
+
+
+@app.command(epilog="Exit codes: 0 quiet; 1 busy (the reasons are printed).")
+def machine(seconds: float = typer.Option(2.0, "--seconds", min=0.1, max=600, help="How long to sample."),
+            as_json: bool = typer.Option(False, "--json", help="The state, the verdict and the thresholds as JSON."),
+            competing_cpu: Optional[float] = typer.Option(None, "--competing-cpu", min=0, metavar="CPUS",
+                                                          help="Busy above this many CPUs used by other processes "
+                                                          "(default 0.5).")) -> None:
+    """The node's state (load, what else uses the CPUs and GPUs, clocks, memory) and whether it is quiet
+    enough to time on: what `suite run --require-quiet` checks before each launch."""
+    from suite.cli.machine import machine as run_machine
+
+    raise typer.Exit(run_machine(seconds, as_json, competing_cpu))
 
 
 from suite.cli.results import results_app  # noqa: E402  (the `suite results ...` commands)
@@ -268,7 +302,9 @@ def compare(baseline: Path = typer.Argument(..., help="Baseline results (run fol
                                         "threshold (docs/compare.md)."),
             history: int = typer.Option(10, "--history", min=1, help="Timing: use at most the N latest stored "
                                         "baseline runs of a cell (5+ are a noise model of their own)."),
-            strict: bool = typer.Option(False, "--strict", help="Exit 2 when the environments differ."),
+            strict: bool = typer.Option(False, "--strict", help="Exit 2 when the environments differ; judge "
+                                        "timings even where the machines' recorded states differ (else "
+                                        "machine-differs, never a regression)."),
             ignore_env: List[str] = typer.Option([], "--ignore-env", help="An environment field --strict accepts "
                                                  "differing, e.g. image_digest (repeatable)."),
             fmt: str = typer.Option("term", "--format", help="term | md | junit."),

@@ -80,7 +80,7 @@ def compare(baseline: Path, current: Path, thresholds: list[str], alpha: float, 
         parsed = dict(parse_threshold(t) for t in thresholds)
         with ExitStack() as stack:
             base_dir, cur_dir = open_inputs([baseline, current], stack)
-            result = run_compare(load_runs([base_dir]), load_runs([cur_dir]), parsed, alpha, history)
+            result = run_compare(load_runs([base_dir]), load_runs([cur_dir]), parsed, alpha, history, strict)
     except (StoreError, CompareUsageError, PackError) as exc:
         return _error(str(exc))
     if result.matched == 0:

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from suite import stats
 from suite.report.tables import fold_status, measured_memory
+from suite.machine.policy import busy
 from suite.results.reader import Run
 from suite.results.schema import CellResult
 
@@ -62,7 +63,7 @@ class Side:
 
 @dataclass
 class Verdict:
-    verdict: str        # regression | improvement | unchanged | inconclusive (compare adds skipped)
+    verdict: str        # regression | improvement | unchanged | inconclusive (compare adds skipped, machine-differs)
     baseline: str       # each side's value, formatted for people
     current: str
     change: float | None = None   # relative (current / baseline - 1)
@@ -90,6 +91,7 @@ class Check:
     listed_at: ClassVar[int] = 100
     default_threshold: ClassVar[float | None] = None  # set: the check takes --threshold NAME=VALUE
     measured_only: ClassVar[bool] = True  # skipped unless the cell ran (ok / gate-failed) on both sides
+    timing: ClassVar[bool] = False  # a timing check: its verdict depends on the machine's state (comparison.py)
 
     def check(self, baseline: Side, current: Side) -> Verdict:
         raise NotImplementedError
@@ -104,6 +106,13 @@ class _HeldOut:
 
     def applies(self, baseline: Side, current: Side) -> bool:
         return any(r.eval for side in (baseline, current) for r in side.results)
+
+
+def quiet_history(side: Side) -> list[list[CellResult]]:
+    """The stored runs of a cell a history's band may learn from: the latest always, the earlier ones unless a
+    repeat's recorded machine state was busy (machine.policy.busy; no state recorded: kept)."""
+    runs = [rs for _, rs in side.history]
+    return [rs for rs in runs[:-1] if not any(r.machine is not None and busy(r.machine) for r in rs)] + runs[-1:]
 
 
 def _ran(results: list[CellResult]) -> list[CellResult]:

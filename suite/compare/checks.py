@@ -21,7 +21,7 @@ import math
 from typing import ClassVar
 
 from suite import stats
-from suite.compare.check import RAN, Check, Side, Verdict, _ran, fmt
+from suite.compare.check import RAN, Check, Side, Verdict, _ran, fmt, quiet_history
 from suite.compare.noise import judge
 from suite.compare.quality_checks import AccuracyCheck, ConvergenceCheck, EvalLossCheck, FinalLossCheck
 from suite.results.schema import CellResult
@@ -57,6 +57,7 @@ class _TimingCheck(Check):
     confidence 1 - alpha."""
 
     default_threshold = 0.05
+    timing = True
     unit: ClassVar[tuple[float, str, str]] = (1.0, ",.0f", "")   # scale, format, suffix of shown values
     words: ClassVar[tuple[str, str]] = ("", "")  # how "worse" and "better" read for this metric
     higher_is_worse: ClassVar[bool] = True
@@ -72,7 +73,7 @@ class _TimingCheck(Check):
     def check(self, baseline: Side, current: Side) -> Verdict:
         # every stored baseline run with a value (noise.judge uses them as a history when there are enough),
         # else the latest run's repeats
-        runs = [v for v in (self.values(rs) for _, rs in baseline.history) if v] or [self.values(baseline.results)]
+        runs = [v for v in (self.values(rs) for rs in quiet_history(baseline)) if v] or [self.values(baseline.results)]
         cur = self.values(current.results)
         if not runs[-1] or not cur:
             return Verdict("inconclusive", "-", self.show(stats.median(cur) if cur else None),

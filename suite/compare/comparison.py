@@ -8,6 +8,11 @@ Per matched cell and metric the verdict is regression, improvement, unchanged, i
 metric is one check object in checks.py (status, step_time, tokens_per_s, peak_memory, convergence,
 final_loss), and every check but status is skipped for a cell that did not run on both sides.
 Environment differences that matter are collected for the caller to warn about (or refuse with --strict).
+Each result records the state of its machine around the timed launch (suite/machine/): when the two sides'
+states differ beyond machine.policy.Thresholds (another process kept a CPU busy, a GPU throttled, clocks or
+device models differ), the cell's timing verdicts become "machine-differs", naming what differed, and are never
+a regression unless --strict (which keeps the timing verdict and adds the note); results without a recorded
+state say "machine state unknown".  Stored baseline runs that were busy are left out of a history's band.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 
 from suite.axes import AXES, AXIS_HEADERS, varying_axes
 from suite.compare.checks import DEFAULT_THRESHOLDS, METRICS, RAN, Check, Side, Verdict, make_checks
+from suite.machine.policy import Thresholds, differences
 from suite.results.reader import Run
 from suite.results.schema import CellResult, Manifest
 
@@ -41,7 +47,7 @@ class Finding:
     cell_id: str
     cell: str           # the cell's axes, for people
     metric: str
-    verdict: str        # regression | improvement | unchanged | inconclusive | skipped
+    verdict: str        # regression | improvement | unchanged | inconclusive | skipped | machine-differs
     baseline: str
     current: str
     change: float | None = None   # relative (current / baseline - 1)
@@ -109,7 +115,36 @@ def _finding(cid: str, desc: str, check: Check, v: Verdict) -> Finding:
                    v.noise, v.detectable, v.band, v.method)
 
 
-def _compare_cell(cid: str, desc: str, b: Side, c: Side, checks: list[Check]) -> list[Finding]:
+def machine_differences(b: Side, c: Side, t: Thresholds | None = None) -> list[str] | None:
+    """What differs between the machines of the two sides' repeats (each baseline repeat against each current
+    one; at most 4 reasons, the first of each kind); None when a repeat has no recorded state."""
+    if any(r.machine is None for r in b.results + c.results):
+        return None
+    out: list[str] = []
+    for rb in b.results:
+        for rc in c.results:
+            out += [why for why in differences(rb.machine, rc.machine, t) or [] if why not in out]
+    return out[:4]
+
+
+def _judge_machines(findings: list[Finding], timing: set[str], diff: list[str] | None, strict: bool) -> None:
+    """Timing findings of a cell whose machines differed become machine-differs (strict: keep the verdict and
+    say why it may be the machine); with no recorded state they say so."""
+    for f in findings:
+        if f.metric not in timing or f.verdict not in ("regression", "improvement", "unchanged"):
+            continue
+        if diff is None:
+            f.detail = (f.detail + "; " if f.detail else "") + "machine state unknown (a result without one)"
+        elif diff:
+            said = "machine state differs: " + "; ".join(diff)
+            if strict:
+                f.detail = f"{f.detail}; {said} (--strict: judged anyway)"
+            else:
+                f.detail = f"{said}; the timing alone reads {f.verdict}" + (f" ({f.detail})" if f.detail else "")
+                f.verdict = "machine-differs"
+
+
+def _compare_cell(cid: str, desc: str, b: Side, c: Side, checks: list[Check], strict: bool = False) -> list[Finding]:
     """The status check always; the others when the cell ran on both sides, else one 'skipped' each (checks
     that do not apply to the cell, e.g. held-out ones of a cell never evaluated, give nothing)."""
     checks = [k for k in checks if k.applies(b, c)]
@@ -118,7 +153,9 @@ def _compare_cell(cid: str, desc: str, b: Side, c: Side, checks: list[Check]) ->
         why = f"not measured on both sides (baseline {b.status}, current {c.status})"
         measured = {k.name for k in checks if k.measured_only}
         return findings + [Finding(cid, desc, m, "skipped", "-", "-", detail=why) for m in METRICS if m in measured]
-    return findings + [_finding(cid, desc, k, k.check(b, c)) for k in checks if k.measured_only]
+    measured = [_finding(cid, desc, k, k.check(b, c)) for k in checks if k.measured_only]
+    _judge_machines(measured, {k.name for k in checks if k.timing}, machine_differences(b, c), strict)
+    return findings + measured
 
 
 # What must match for two results to be comparable (the names --ignore-env takes).
@@ -153,8 +190,9 @@ def environment_diffs(pairs: list[tuple[Side, Side]]) -> list[EnvDiff]:
 
 
 def compare(baseline: list[Run], current: list[Run], thresholds: dict[str, float] | None = None,
-            alpha: float = 0.05, history: int = 10) -> Comparison:
-    """history: how many of the latest stored baseline runs of a cell its timing checks may use."""
+            alpha: float = 0.05, history: int = 10, strict: bool = False) -> Comparison:
+    """history: how many of the latest stored baseline runs of a cell its timing checks may use; strict: timing
+    verdicts stand when the machines differed (the difference is only noted)."""
     if not 0 < alpha < 1:
         raise CompareUsageError(f"--alpha {alpha} must be between 0 and 1")
     if history < 1:
@@ -166,7 +204,7 @@ def compare(baseline: list[Run], current: list[Run], thresholds: dict[str, float
     desc = {cid: describe(side.results[0], axes) for side_map in (b, c) for cid, side in side_map.items()}
     common = sorted(set(b) & set(c), key=lambda cid: (desc[cid], cid))
     checks = make_checks(thr, alpha)
-    findings = [f for cid in common for f in _compare_cell(cid, desc[cid], b[cid], c[cid], checks)]
+    findings = [f for cid in common for f in _compare_cell(cid, desc[cid], b[cid], c[cid], checks, strict)]
     only_b = sorted((cid, desc[cid]) for cid in set(b) - set(c))
     only_c = sorted((cid, desc[cid]) for cid in set(c) - set(b))
     env = environment_diffs([(b[cid], c[cid]) for cid in common])

@@ -39,7 +39,7 @@ def to_junit(c: Comparison) -> str:
             failures += 1
             ET.SubElement(case, "failure", message=f"{f.metric} regression: {f.detail}" + (
                 f" [judged against {f.noise}]" if f.noise else ""), type="regression").text = text
-        elif f.verdict in ("skipped", "inconclusive"):
+        elif f.verdict in ("skipped", "inconclusive", "machine-differs"):
             skipped += 1
             ET.SubElement(case, "skipped", message=f"{f.verdict}: {f.detail}")
         else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from suite.compare.comparison import Comparison, Finding
 from suite.report.markdown import table as md_table
 
-ORDER = {"regression": 0, "improvement": 1, "inconclusive": 2, "skipped": 3, "unchanged": 4}
+ORDER = {"regression": 0, "machine-differs": 1, "improvement": 2, "inconclusive": 3, "skipped": 4, "unchanged": 5}
 HEADER = ["cell", "axes", "metric", "verdict", "baseline", "current", "change", "detectable", "p", "noise", "detail"]
 
 
@@ -18,7 +18,10 @@ def summary(c: Comparison) -> str:
     counts = {v: sum(f.verdict == v for f in c.findings) for v in ORDER}
     regressed = len({f.cell_id for f in c.regressions})
     line = (f"{c.matched} cells compared: {counts['regression']} regression(s) in {regressed} cell(s), "
-            f"{counts['improvement']} improvement(s), {counts['inconclusive']} inconclusive, "
+            f"{counts['improvement']} improvement(s), "
+            + (f"{counts['machine-differs']} timing check(s) on machines that differed, "
+               if counts["machine-differs"] else "")
+            + f"{counts['inconclusive']} inconclusive, "
             f"{counts['unchanged']} unchanged, {counts['skipped']} skipped checks")
     if c.only_baseline or c.only_current:
         line += f"; {len(c.only_baseline)} cell(s) only in baseline, {len(c.only_current)} only in current"
@@ -26,7 +29,8 @@ def summary(c: Comparison) -> str:
 
 
 def notable(c: Comparison) -> list[Finding]:
-    return sorted((f for f in c.findings if f.verdict in ("regression", "improvement", "inconclusive")),
+    return sorted((f for f in c.findings if f.verdict in ("regression", "machine-differs", "improvement",
+                                                          "inconclusive")),
                   key=lambda f: (ORDER[f.verdict], f.cell, f.metric))
 
 
@@ -80,7 +84,7 @@ def print_terminal(c: Comparison, console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    style = {"regression": "bold red", "improvement": "green", "inconclusive": "yellow"}
+    style = {"regression": "bold red", "machine-differs": "magenta", "improvement": "green", "inconclusive": "yellow"}
 
     def show(title: str, header: list[str], lines: list[list[str]], styles: list[str | None], **kw) -> None:
         if lines:

@@ -129,6 +129,10 @@ def verdict_text(p: Point) -> str:
     if p.suspects:
         return ", ".join(f'<span class="suspect" title="{esc(f.detail)}">{esc(f.metric)} {f.change:+.1%}, no noise '
                          'estimate yet</span>' for f in p.suspects)
+    moved = [f for f in p.findings if f.verdict == "machine-differs"]
+    if moved:  # the timing is not comparable: the machine was busy or different on one side
+        return ", ".join(f'<span class="muted" title="{esc(f.detail)}">{esc(f.metric)}: machine state differs</span>'
+                         for f in moved)
     good = [f for f in p.findings if f.verdict == "improvement"]
     if good:  # a threshold-only improvement is as unsure as a threshold-only regression: said so, not green
         return ", ".join(f'<span class="good" title="{esc(f.detail)}">{esc(f.metric)} better</span>'

@@ -26,7 +26,7 @@ from suite.report.tables import fold_status
 from suite.results.reader import Run
 from suite.results.schema import CellResult, Manifest, TimeToTarget
 
-VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "skipped")
+VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "skipped", "machine-differs")
 # metric -> (label, unit) as the pages and the trend show it; the timing ones carry compare's noise band
 METRICS = {"step_time": ("step time", "ms"), "tokens_per_s": ("tokens/s", ""), "mfu": ("MFU", "%"),
            "peak_memory": ("peak memory", "MiB"), "final_loss": ("final loss", ""),

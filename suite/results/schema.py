@@ -13,6 +13,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr,
                       model_serializer, model_validator)
 
 from suite.axes import LATER_AXES, TABLE
+from suite.machine.state import MachineState
 from suite.results import bounded
 from suite.scenario import Cell
 from suite.stats import percentile
@@ -24,7 +25,9 @@ from suite.stats import percentile
 # older record lacks it, so old and new results of one cell show the same axes); TensorBytes.host (offload).
 # 5: RankRecord.grad_norms and CellResult.grad_norms (the global gradient norm per step); older records read
 # with an empty list, which the match gate reports as "no gradient norms recorded" and does not compare.
-SCHEMA_VERSION = 5
+# 6: CellResult.machine (the machine's state around the timed launch, suite/machine/); older records read with
+# None, which compare reports as "machine state unknown".
+SCHEMA_VERSION = 6
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
 FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")
@@ -338,6 +341,9 @@ class CellResult(_Record):
     eval: list[EvalPoint] = Field(fail_fast=True,
                                   default_factory=list, description="Held-out evaluations (rank 0's), in step order.")
     time_to_target: TimeToTarget | None = Field(None, description="convergence.target: when it was reached.")
+    machine: MachineState | None = Field(None, description="What else used the machine's CPUs and GPUs, and "
+                                         "their clocks, around the timed launch (schema 6; None in older results "
+                                         "and for cells that never launched).")
     extra: Loose = Field(default_factory=dict)
 
     # (the Cell read, the cell exactly as the record wrote it): for writing it back unchanged (below)

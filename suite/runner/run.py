@@ -40,13 +40,16 @@ import yaml
 
 from suite.console import EXIT_FAILED, EXIT_OK
 from suite.launch import DEFAULT_WORKER, LaunchResult, launch
+from suite.machine.policy import QuietPolicy, busy, probe, wait_until_quiet
+from suite.machine.sampler import Sampler
 from suite.plan import predict
 from suite.results import store
 from suite.results.env import build_manifest, git_info, torch_info
 from suite.results.schema import FINAL_STATUSES, CellResult
 from suite.scenario import Cell
 from suite.runner.cell import (
-    CellTraces, build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, write_payload,
+    CellTraces, build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, setup_done_time,
+    write_payload,
 )
 from suite.gates.band import band_gate, band_references
 from suite.gates.loss import first_failure, loss_gates, match_gate, reference_of, run_order
@@ -54,7 +57,11 @@ from suite.gates.quality import quality_gates
 from suite.runner.opening import RunError, open_scenario, select_cells
 from suite.runner.progress import RunProgress
 
-__all__ = ["RunError", "RunOptions", "RunOutcome", "run_ab", "run_scenario"]
+__all__ = ["NotQuiet", "RunError", "RunOptions", "RunOutcome", "run_ab", "run_scenario"]
+
+
+class NotQuiet(RunError):
+    """--require-quiet (or the scenario's `quiet:`) found the machine busy and would not time a cell on it."""
 
 
 @dataclass
@@ -71,6 +78,7 @@ class RunOptions:
     ray_address: str | None = None  # an existing Ray cluster for `launcher: ray` cells (else a private one)
     live: bool | None = None  # progress panel: None = when stderr is a terminal
     preflight: bool = False  # measure all-reduce busbw first and record it in the manifest (suite.comm.preflight)
+    quiet: QuietPolicy | None = None  # --require-quiet: check the machine before each timed launch (else the scenario's)
     command: list[str] = field(default_factory=list)
 
 
@@ -131,6 +139,7 @@ class Session:
     previous: list[CellResult] = field(default_factory=list)  # results stored by earlier sessions (a resume)
     traces: CellTraces = field(default_factory=CellTraces)
     lock: int | None = None  # the run folder's lock (store.lock_run), held until the session ends
+    quiet: QuietPolicy | None = None  # check the machine before each timed launch (machine/policy.py)
 
 
 def open_run(file: Path | None, opts: RunOptions, console) -> Session:
@@ -158,9 +167,10 @@ def _open_session(file, opts, console, run_dir, new, scenario, cells, selected, 
     worker = opts.worker_module or os.environ.get("SUITE_WORKER_MODULE") or DEFAULT_WORKER
     image = opts.image or saved.get("image")
     ray_address = opts.ray_address or saved.get("ray_address")
+    quiet = opts.quiet or scenario.quiet
     options = {"repeats": repeats, "shuffle": shuffle, "only": opts.only or saved.get("only", []),
                "force": force, "worker_module": worker, "scenario_file": str(file) if file else None, "image": image,
-               "ray_address": ray_address}
+               "ray_address": ray_address, "quiet": quiet.model_dump(mode="json") if quiet else None}
     facts = torch_info()
     gpu_count = len(facts.get("devices") or [])
     if new:
@@ -179,6 +189,12 @@ def _open_session(file, opts, console, run_dir, new, scenario, cells, selected, 
         console.print(f"preflight: all-reduce bus bandwidth on {world} ranks", highlight=False)
         extra["preflight"] = preflight(world_size=world, device=runnable[0].device,
                                        cuda_devices=facts.get("devices") or [], work_dir=run_dir / "work" / "preflight")
+    if opts.preflight:  # the node's state before the run, beside its bus bandwidth (what `suite machine` shows)
+        node = probe(2.0, gpus=gpu_count > 0)
+        reasons = busy(node, quiet.thresholds if quiet else None)
+        console.print("preflight: the machine is " + ("busy: " + "; ".join(reasons) if reasons else "quiet"),
+                      highlight=False, markup=False)
+        extra["machine"] = node.model_dump(mode="json")
     manifest = build_manifest(run_dir.name, scenario.name, scenario.seed, opts.command or sys.argv,
                               extra=extra, torch_facts=facts)
     if image:
@@ -190,7 +206,7 @@ def _open_session(file, opts, console, run_dir, new, scenario, cells, selected, 
     store.append_runlog(run_dir, "resume" if session != "manifest.json" else "run_start", session=session)
     plan = run_order(selected, repeats, shuffle)
     return Session(run_dir, session, cells, plan, notes, force, worker, image, ray_address, gpu_count, previous,
-                   lock=lock)
+                   lock=lock, quiet=quiet)
 
 
 def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress: RunProgress,
@@ -207,11 +223,21 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
     if reason and not s.force:
         return infeasible_result(cell, repeat, reason, s.name, prediction)
     device = resolve_device(cell, s.gpu_count)
+    if s.quiet is not None:
+        go, reasons, _ = wait_until_quiet(s.quiet, progress.note)
+        if not go:
+            store.append_runlog(s.run_dir, "not_quiet", cell=cell.id, repeat=repeat, reasons=reasons)
+            waited = f" after waiting up to {s.quiet.max_wait_s:.0f} s" if s.quiet.mode == "wait" else ""
+            raise NotQuiet(f"the machine is busy{waited}: {'; '.join(reasons)}; --require-quiet {s.quiet.mode} will "
+                           f"not time {cell.id}-r{repeat} on it (the cells done so far are kept: --resume goes on)")
     workdir = store.create_work_dir(s.run_dir, cell.id, repeat)
     store.append_runlog(s.run_dir, "cell_start", cell=cell.id, repeat=repeat, work_dir=workdir.name)
     progress.start_cell(cell, repeat, workdir)
     request = launch_request(cell, workdir, device, worker_module=s.worker, image=s.image,
                              ray_address=s.ray_address)
+    # the machine around the launch, sampled from the runner (outside the timed steps); the worker's command line
+    # names its work folder, so a container's or Ray's processes are counted as the launch's, not as competitors
+    sampler = Sampler(mark=workdir.name, interval=0.5, gpus=device != "cpu").start()
     try:  # a launcher bug fails this cell (traceback kept), never the run
         launched = launch(write_payload(cell, request), stop=stop, on_poll=progress.poll)
     except store.WriteError:  # the disk is full or read-only: the run cannot store anything more (exit 3)
@@ -219,8 +245,13 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
     except Exception as exc:
         launched = LaunchResult(launcher=request.launcher, returncode=None,
                                 error=f"the launcher raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    finally:
+        sampler.stop()
     result = build_result(cell, repeat, launched, workdir, s.run_dir, device, s.name,
                           {"forced_infeasible": reason} if reason else None, prediction)
+    began, train = setup_done_time(workdir), result.overhead_s.train if result.overhead_s else None
+    window = (began, began + train) if began is not None and train is not None and train > 0 else None
+    result = result.model_copy(update={"machine": sampler.state(window)})
     if result.status == "interrupted":
         store.append_runlog(s.run_dir, "cell_interrupted", cell=cell.id, repeat=repeat, work_dir=workdir.name)
         progress.note(f"interrupted {cell.id}-r{repeat}: its processes were stopped; not recorded")

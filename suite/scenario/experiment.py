@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
 from suite.axes import AXES, CHECKPOINTING, PRECISIONS
+from suite.machine.policy import QuietPolicy
 from suite.models.own import ModelShape
 from suite.models.presets import PRESETS
 from suite.scenario.convergence import Convergence
@@ -192,6 +193,9 @@ class Scenario(_Strict):
     threads_per_rank: Annotated[int, Field(gt=0, le=1024)] = Field(
         1, description="torch intra-op threads per rank (CPU).")
     ray: RaySettings | None = Field(None, description="Ray Train options (launcher: ray only).")
+    quiet: QuietPolicy | None = Field(None, description="Check the machine before each timed launch: while other "
+                                      "processes keep it busy, wait (up to max_wait_s), warn or refuse "
+                                      "(suite run --require-quiet overrides it; docs/machine.md).")
 
     @field_validator(*AXES, mode="before")
     @classmethod

@@ -106,12 +106,25 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def packages_digest() -> tuple[str, int]:
+    """(digest, count) of the installed Python distributions: sha256 of their sorted `name==version` lines, the
+    first 16 hex digits.  Two builds a month apart that installed `>= x` requirements differ here even when
+    suite, torch and the image tag look alike."""
+    import hashlib
+    from importlib import metadata
+
+    lines = sorted({f"{(d.metadata['Name'] or '?').lower()}=={d.version}" for d in metadata.distributions()})
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16], len(lines)
+
+
 def build_manifest(run_id: str, scenario: str, seed: int | list[int], command: list[str],
                    extra: dict[str, Any] | None = None, torch_facts: dict[str, Any] | None = None) -> Manifest:
     """Collect the environment into a Manifest (torch_facts may be passed in to skip the probe, e.g. in tests)."""
     facts = torch_facts if torch_facts is not None else torch_info()
     commit, dirty = git_info()
-    more = {"python_executable": sys.executable, "platform": platform.platform(), "cpu_count": os.cpu_count()}
+    digest, packages = packages_digest()
+    more = {"python_executable": sys.executable, "platform": platform.platform(), "cpu_count": os.cpu_count(),
+            "packages": packages}
     if facts.get("error"):
         more["torch_probe_error"] = facts["error"]
     return Manifest(
@@ -133,6 +146,7 @@ def build_manifest(run_id: str, scenario: str, seed: int | list[int], command: l
         hostname=socket.gethostname(),
         container_image=os.environ.get("SUITE_IMAGE") or None,
         container_image_digest=os.environ.get("SUITE_IMAGE_DIGEST") or None,
+        packages_digest=digest,
         seed=seed,
         env=allowed_env(),
         extra={**more, **(extra or {})},

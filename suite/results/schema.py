@@ -26,7 +26,7 @@ from suite.stats import percentile
 # 5: RankRecord.grad_norms and CellResult.grad_norms (the global gradient norm per step); older records read
 # with an empty list, which the match gate reports as "no gradient norms recorded" and does not compare.
 # 6: CellResult.machine (the machine's state around the timed launch, suite/machine/); older records read with
-# None, which compare reports as "machine state unknown".
+# None, which compare reports as "machine state unknown"; Manifest.packages_digest (compare: "packages").
 SCHEMA_VERSION = 6
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
@@ -411,7 +411,19 @@ class Manifest(_Record):
     hostname: str
     container_image: str | None = Field(None, description="Image reference the cells ran in, if any.")
     container_image_digest: str | None = None
+    packages_digest: str | None = Field(None, description="sha256 (first 16 hex digits) of the runner's installed "
+                                        "Python distributions as sorted name==version lines (schema 6; None in "
+                                        "older manifests): two environments with one digest hold the same packages.")
     seed: int | list[int] = Field(description="The scenario's seed, or its seed axis (seed: [0, 1, 2]).")
     env: dict[str, str] = Field(fail_fast=True,
                                 description="Allowlisted environment variables only (never the whole env).")
     extra: Loose = Field(default_factory=dict, description="E.g. preflight all-reduce bus bandwidth.")
+
+    @model_serializer(mode="wrap")
+    def _older_manifests_unchanged(self, handler: Any) -> Any:
+        """An older manifest (no packages_digest) dumps exactly as it was written: pages named by its digest keep
+        their names."""
+        values = handler(self)
+        if isinstance(values, dict) and values.get("packages_digest") is None:
+            values.pop("packages_digest", None)
+        return values

@@ -284,3 +284,18 @@ def test_preflight_records_the_node_in_the_manifest(cli, write_scenario, tmp_pat
     run, = load_runs([tmp_path / "r"])
     node = MachineState.model_validate(run.manifest.extra["machine"])
     assert node.before.cpu_count >= 1 and node.window == "launch"
+
+
+def test_a_different_set_of_packages_is_an_environment_difference(cli, tmp_path, cells):
+    from suite.results.env import packages_digest
+
+    digest, count = packages_digest()
+    assert len(digest) == 16 and count > 10 and packages_digest() == (digest, count)
+    results = [make_result(c, gates=PASS) for c in cells]
+    base = write_run(tmp_path / "a", make_manifest(packages_digest="0" * 16), results)
+    cur = write_run(tmp_path / "b", make_manifest(run_no=2, packages_digest=digest), results)
+    res = compare(load_runs([base]), load_runs([cur]))
+    assert [(d.field, d.baseline, d.current) for d in res.env] == [("packages", "0" * 16, digest)]
+    refused = cli("compare", base, cur, "--strict")
+    assert refused.exit_code == 2 and "differ in packages" in refused.stderr
+    assert cli("compare", base, cur, "--strict", "--ignore-env", "packages").exit_code == 0

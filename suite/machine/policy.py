@@ -56,6 +56,18 @@ def busy(state: MachineState, t: Thresholds | None = None) -> list[str]:
     return out
 
 
+def describe(states: list[MachineState], t: Thresholds | None = None) -> str | None:
+    """One line for people on the machine during these repeats: "quiet (others 0.03 CPUs)" or "busy: <why>";
+    None when none was recorded (older results)."""
+    if not states:
+        return None
+    reasons = [why for st in states for why in busy(st, t)]
+    if reasons:
+        return "busy: " + reasons[0] + (f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else "")
+    worst = max(st.competing_cpu for st in states)
+    return f"quiet (others {worst:.2f} CPUs)"
+
+
 def _change(a: float | None, b: float | None, limit: float) -> float | None:
     if a is None or b is None or a <= 0:
         return None

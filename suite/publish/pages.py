@@ -201,17 +201,22 @@ def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> st
         digests = any(p.run.manifest.container_image_digest for _, p in pts)  # the column only when containers ran
         shown = [k for k in TABLE_METRICS if any(p.values.get(k) is not None for _, p in pts)]
         targets = any(p.target for _, p in pts)  # the column only when some run had a target to reach
+        states = any(p.machine for _, p in pts)  # the column only when some run recorded its machine's state
         rows = [[esc(when(p.run.manifest)), esc(m.machine.label),
                  link(href(2, run_path(p.run_key)), p.run.manifest.run_id.split("_")[0]),
                  esc((p.run.manifest.git_commit or "-")[:7]),
                  *([esc((p.run.manifest.container_image_digest or "-")[:19])] if digests else []), esc(p.status),
                  *[with_spread(k, p, quiet=True) for k in shown], *([target_text(p.target)] if targets else []),
-                 f'<span class="verdict">{verdict_text(p)}</span>' + _env_note(p)]
+                 f'<span class="verdict">{verdict_text(p)}</span>' + _env_note(p),
+                 *([esc(p.machine or "not recorded")] if states else [])]
                 for m, p in pts]
-        first = 6 if digests else 5  # where the numbers start; the verdict is last (wrapped)
+        first = 6 if digests else 5  # where the numbers start; the verdict is last but the machine state (wrapped)
+        verdict_at = first + len(shown) + targets
         body.append(table(["when (UTC)", "machine", "run", "commit", *(["image digest"] if digests else []), "status",
-                           *[metric_label(k) for k in shown], *(["time to target"] if targets else []), "verdict"],
-                          rows, num=range(first, first + len(shown)), wrap=(first + len(shown) + targets,),
+                           *[metric_label(k) for k in shown], *(["time to target"] if targets else []), "verdict",
+                           *(["machine state"] if states else [])],
+                          rows, num=range(first, first + len(shown)),
+                          wrap=(verdict_at, verdict_at + 1) if states else (verdict_at,),
                           row_classes=["regression" if p.regressions else "" for _, p in pts]))
     return page(f"{view.name}: {view.cells.get(cell_id, cell_id)}", "\n".join(body), 2)
 

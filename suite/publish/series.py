@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from suite import stats
 from suite.compare.checks import Side, StepTimeCheck, TokensPerSCheck
 from suite.compare.comparison import Finding, compare, describe, device_kind, varying
+from suite.machine.policy import describe as describe_machine
 from suite.report.tables import fold_status
 from suite.results.reader import Run
 from suite.results.schema import CellResult, Manifest, TimeToTarget
@@ -101,6 +102,7 @@ class Point:
     env: list[str] = field(default_factory=list)  # what differs from the earlier runs' environment (compare's)
     measured: int = 0                               # repeats with a measured step time (the spread's n)
     target: TimeToTarget | None = None              # the first repeat's time to target (convergence.target)
+    machine: str | None = None                      # the machine during its repeats (machine.policy.describe)
 
     @property
     def regressions(self) -> list[Finding]:
@@ -135,7 +137,8 @@ def point(key: str, run: Run, results: list[CellResult], findings: list[Finding]
             band[f.metric] = (f.band[0] * scale, f.band[1] * scale)
     return Point(key, run, side.status, len(results), values,
                  {"step_time": _rel_sd(step), "tokens_per_s": _rel_sd(tok)}, band, findings, scope, measured=len(step),
-                 target=next((r.time_to_target for r in results if r.time_to_target is not None), None))
+                 target=next((r.time_to_target for r in results if r.time_to_target is not None), None),
+                 machine=describe_machine([r.machine for r in results if r.machine is not None]))
 
 
 def _pct(fraction: float | None) -> float | None:

@@ -299,3 +299,15 @@ def test_a_different_set_of_packages_is_an_environment_difference(cli, tmp_path,
     refused = cli("compare", base, cur, "--strict")
     assert refused.exit_code == 2 and "differ in packages" in refused.stderr
     assert cli("compare", base, cur, "--strict", "--ignore-env", "packages").exit_code == 0
+
+
+def test_the_site_shows_the_machine_state_beside_each_point(cli, tmp_path, cells):
+    root = tmp_path / "results"
+    for n, st in ((1, state()), (2, state(cpu=1.0))):
+        write_run(root, make_manifest(run_no=n), [make_result(c, gates=PASS, seed=n).model_copy(update={"machine": st})
+                                                   for c in cells])
+    site = tmp_path / "site"
+    assert cli("publish", root, "--out", site).exit_code == 0
+    page = next((site / "s" / "fixture").glob(f"cell-{cells[0].id}.html")).read_text()
+    assert "<th>machine state</th>" in page and "quiet (others 0.00 CPUs)" in page
+    assert "busy: competing CPU load 1.00 CPUs &gt; 0.50" in page and "machine state differs" in page

@@ -36,6 +36,11 @@ def open_nvml() -> tuple[Any | None, str | None]:
     return nvml, None
 
 
+def close_nvml(nvml: Any) -> None:
+    """Undo open_nvml's nvmlInit (NVML counts them)."""
+    _ask(nvml, nvml.nvmlShutdown)
+
+
 def _ask(nvml: Any, call: Callable[[], Any]) -> Any:
     """One NVML query; None when the device or driver does not support it (any NVMLError)."""
     try:

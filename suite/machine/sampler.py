@@ -105,6 +105,8 @@ class Sampler:
             self._thread = None
             self.sample()  # the tail since the last interval
             self.after = snapshot(self.nvml, self.ours)
+            if self.nvml is not None:
+                nvml_mod.close_nvml(self.nvml)
 
     def __enter__(self) -> "Sampler":
         return self.start()

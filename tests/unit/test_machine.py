@@ -127,6 +127,22 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         return [SimpleNamespace(pid=os.getpid(), usedGpuMemory=1), SimpleNamespace(pid=1, usedGpuMemory=1)]
 
+    def nvmlShutdown(self):
+        self.shut = True
+
+
+def test_a_sampled_gpu_state_reaches_the_result_and_nvml_is_closed(monkeypatch):
+    fake = FakeNvml()
+    monkeypatch.setattr(nvml, "open_nvml", lambda: (fake, None))
+    with Sampler(interval=0.1) as sampler:
+        time.sleep(0.35)
+    st = sampler.state()
+    assert st.gpu_throttle == ["sw_thermal"] and [o.pid for o in st.gpu_others] == [1]
+    assert st.gpu_sm_clock_min_mhz == 1980 and st.before.gpus[0].name == "NVIDIA H200" and st.gpu_note is None
+    assert getattr(fake, "shut", False)
+    gpu_reasons = [why for why in busy(st) if not why.startswith("competing CPU")]  # the CPU: whatever else runs
+    assert gpu_reasons == ["GPU throttled: sw_thermal", f"other processes on the GPU: {st.gpu_others[0].name} (pid 1)"]
+
 
 def test_nvml_answers_become_typed_state_and_unsupported_queries_none():
     g, = nvml.gpu_states(FakeNvml(unsupported={"power", "ecc"}), ours=lambda pid: pid == os.getpid())

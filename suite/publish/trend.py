@@ -15,6 +15,7 @@ The SVG keeps text as text (svg.fonttype none: small, searchable) and each set o
 from __future__ import annotations
 
 import io
+import math
 import re
 from typing import Callable
 
@@ -79,6 +80,15 @@ def trend_svg(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str]
     return re.sub(r'id="([A-Za-z][\w.]*_\d+)"', lambda m: f'id="{prefix}{m.group(1)}"', text[text.index("<svg"):])
 
 
+# Values matplotlib can place on an axis: a stored record may hold a final loss of -1e308 (finite, so valid),
+# whose axis range has no computable ticks.  Such a point is listed in the tables, not drawn.
+PLOTTABLE = 1e15
+
+
+def _plottable(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and abs(value) <= PLOTTABLE
+
+
 def _draw(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], prefix: str):
     from matplotlib.ticker import MaxNLocator
 
@@ -100,10 +110,11 @@ def _draw(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], pr
         ax.tick_params(labelsize=7)
         ax.yaxis.set_major_locator(MaxNLocator(4))  # few ticks: each costs a drawn artist, and the SVG's size
         ax.grid(True, alpha=0.3)
-        drawn = False
+        drawn, off = False, 0
         for i, (name, points) in enumerate(lines):
             color = COLORS[i % len(COLORS)]
-            have = [p for p in points if p.values.get(metric) is not None]
+            have = [p for p in points if _plottable(p.values.get(metric))]
+            off += sum(p.values.get(metric) is not None for p in points) - len(have)
             if not have:
                 continue
             drawn = True
@@ -123,6 +134,9 @@ def _draw(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], pr
                     marked += 1
         if not drawn:
             ax.text(0.5, 0.5, "no values", transform=ax.transAxes, ha="center", va="center", fontsize=8, color="#777")
+        if off:
+            ax.text(0.99, 0.95, f"{off} value(s) beyond ±{PLOTTABLE:.0e} not drawn", transform=ax.transAxes,
+                    ha="right", va="top", fontsize=7, color="#777")
     ticks, labels = _ticks(lines, order)
     axes[-1].set_xticks(ticks, labels, fontsize=7)
     axes[-1].set_xlim(-0.5, max(order.values()) + 0.5)

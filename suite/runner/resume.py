@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from suite.results import bounded, reader
 from suite.results.schema import CellResult
@@ -20,10 +21,24 @@ from suite.scenario import Scenario, ScenarioError
 from suite.scenario.yaml_loader import parse_text
 
 
-# The options open_run carries over from the first session, and the types it uses them as.
-OPTION_TYPES = {"repeats": (int, type(None)), "shuffle": (int, type(None)), "only": list, "force": bool,
-                "worker_module": (str, type(None)),
-                "image": (str, type(None)), "ray_address": (str, type(None))}
+Text = Annotated[str, Field(max_length=4096)]
+
+
+class SavedOptions(BaseModel):
+    """The options open_run carries over from the first session (manifest.json extra.options), typed and bounded:
+    a resume reads them from a file a stranger may have edited (a list of nulls for --only, 2**53 repeats)."""
+
+    # strict: a "2" is not a number of repeats; other keys (the quiet policy, the scenario file...) are a record
+    # of the first session, not carried over, so not judged here
+    model_config = ConfigDict(extra="ignore", strict=True)
+    repeats: Annotated[int, Field(gt=0, le=10_000)] | None = Field(None, description="--repeats (as Scenario.repeats).")
+    shuffle: Annotated[int, Field(ge=-(1 << 63), lt=1 << 63)] | None = Field(None, description="--shuffle SEED.")
+    only: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=100_000, description="--only cell ids or prefixes.")
+    force: bool = Field(False, description="--force.")
+    worker_module: Text | None = Field(None, description="The worker module the cells ran.")
+    image: Text | None = Field(None, description="--image.")
+    ray_address: Text | None = Field(None, description="--ray-address.")
 
 
 class DamagedRun(Exception):
@@ -99,8 +114,10 @@ def read_stored(run_dir: Path) -> tuple[Scenario, dict, list[CellResult]]:
                                     f"the cell its name says")
     if not isinstance(saved, dict):
         raise _damaged(run_dir, f"{run_dir / reader.MANIFEST}: extra.options is not a mapping")
-    for name, types in OPTION_TYPES.items():
-        if name in saved and not isinstance(saved[name], types):
-            raise _damaged(run_dir, f"{run_dir / reader.MANIFEST}: extra.options.{name} has the wrong type "
-                                    f"({type(saved[name]).__name__})")
-    return scenario, saved, previous
+    try:
+        options = SavedOptions.model_validate(saved)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(str(x) for x in e["loc"])
+        raise _damaged(run_dir, f"{run_dir / reader.MANIFEST}: extra.options.{where}: {e['msg'][:200]}") from None
+    return scenario, options.model_dump(include=set(saved) & set(SavedOptions.model_fields)), previous

@@ -291,6 +291,13 @@ class Check:
                 lines.append(_cell_row(c, v.get("torch_pinned")))
             formulas = sorted({(c.get("mfu") or {}).get("formula") for c in cells} - {None})
             lines += [""] + [f"MFU accounting: {f}" for f in formulas]
+            lines += ["", "## The machine during each cell (CellResult.machine: suite/machine/, NVML through "
+                      "nvidia-ml-py)", "", "Sampled every 0.5 s from the runner over the cell's training phase; "
+                      "GPU 0's state before and after the launch.", "",
+                      "| scenario | cell | window s | competing CPU | SM MHz before / min during / after (max) "
+                      "| memory MHz | power W before / after (limit) | temperature C before / after | throttle "
+                      "reasons seen | ECC errors | other GPU processes | note |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            lines += [_machine_row(c) for c in cells]
         harness = self.out / "harness.json"
         if harness.exists():
             h = json.loads(harness.read_text())
@@ -450,6 +457,25 @@ def _cell_row(c: dict, pinned: str | None) -> str:
             f"{'' if step is None else f'{step * 1e3:.1f}'} | {'' if value is None else f'{value:.3f}'} | {accounting} | "
             f"{_mib(cuda)} | {_mib(measured.get('reserved_cuda'))} | {_mib(measured.get('total_tracker'))} | "
             f"{' | '.join(preds)} |")
+
+
+def _machine_row(c: dict) -> str:
+    """One Markdown row of a cell's recorded machine state (CellResult.machine), blank where none was recorded."""
+    m = c.get("machine") or {}
+    axes = c.get("axes", {})
+    label = " ".join(f"{axes[k]}" for k in ("model", "strategy", "activation_checkpointing") if k in axes)
+    b, a = ((m.get(k) or {}).get("gpus") or [{}] for k in ("before", "after"))
+    b, a = b[0], a[0]
+
+    def two(key: str) -> str:
+        return f"{b.get(key, '-')} / {a.get(key, '-')}"
+
+    return (f"| {c['_scenario']} | {label} | {m.get('window_s', 0):.1f} | {m.get('competing_cpu', 0):.2f} | "
+            f"{b.get('sm_clock_mhz', '-')} / {m.get('gpu_sm_clock_min_mhz', '-')} / {a.get('sm_clock_mhz', '-')} "
+            f"({b.get('max_sm_clock_mhz', '-')}) | {two('mem_clock_mhz')} | {two('power_w')} "
+            f"({b.get('power_limit_w', '-')}) | {two('temperature_c')} | {', '.join(m.get('gpu_throttle') or []) or 'none'} "
+            f"| {a.get('ecc_errors', '-')} | {', '.join(o['name'] for o in m.get('gpu_others') or []) or 'none'} | "
+            f"{m.get('gpu_note') or ('' if m else 'no state recorded')} |")
 
 
 def _read_pins(wheels: Path) -> list[str]:

@@ -139,6 +139,7 @@ REGRESSIONS = [
     ("nonutf8-cell-name", ["pack", "unpack-packed"]), ("nonutf8-cell-name", ["report"]),
     ("long-member-name", ["unpack"]), ("long-member-name", ["report"]),
     ("long-sums-line", ["unpack"]), ("long-sums-line", ["publish"]),
+    ("only-nulls", ["resume"]), ("repeats-2**53", ["resume"]), ("-1e308-final-loss", ["publish"]),
 ]
 
 

@@ -35,6 +35,11 @@ DAMAGES = {  # name: (how to damage the run folder, the file the error must name
     "manifest wrong types": (lambda run: (run / "manifest.json").write_text('{"run_id": 5}'), "manifest.json",
                              "not a valid Manifest"),
     "options wrong types": (lambda run: _set_option(run, "repeats", "two"), "manifest.json", "options.repeats"),
+    # found by the results fuzz campaign (seed 7): a crash and a resume planning 2**53 launches
+    "options only nulls": (lambda run: _set_option(run, "only", [None, None]), "manifest.json", "options.only.0"),
+    "options 2**53 repeats": (lambda run: _set_option(run, "repeats", 2**53 + 1), "manifest.json",
+                              "options.repeats: Input should be less than or equal to 10000"),
+    "options bool repeats": (lambda run: _set_option(run, "repeats", True), "manifest.json", "options.repeats"),
     "truncated cell": (lambda run: _cell_file(run).write_text('{"cell_id": "x", "rep'), "cells/",
                        "cannot read cell result"),
     "cell wrong types": (lambda run: _cell_file(run).write_text('{"cell_id": 5, "repeat": "x"}'), "cells/",

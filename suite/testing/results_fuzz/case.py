@@ -76,9 +76,9 @@ class _Ctx:
 
     def safe(self, path: Path) -> Path:
         """`path`, if it lies in the case's folder once every link on the way is followed, ready to be written:
-        whatever an earlier edit put at its name that is not a plain file (a link, a FIFO, a device node, a
-        folder) is removed first: edits replace such things, never write through them (opening an earlier
-        edit's FIFO to write would wait for ever for a reader); else _Unsafe."""
+        a link, FIFO, socket or device node an earlier edit put at its name is removed first (edits replace such
+        things, never write through them: opening an earlier edit's FIFO to write would wait for ever for a
+        reader); a folder stays (an edit may mean it); else _Unsafe."""
         base = os.path.realpath(self.case.where)
         real = os.path.realpath(Path(path).parent)
         if real != base and not real.startswith(base + os.sep):
@@ -87,9 +87,7 @@ class _Ctx:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:
             return Path(path)
-        if stat.S_ISDIR(mode):
-            shutil.rmtree(path)
-        elif not stat.S_ISREG(mode):
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
             os.unlink(path)
         return Path(path)
 

@@ -286,6 +286,8 @@ ODD_NAMES = ["0001_acc13b4_20261201T162244Z\n", "[bold]0001_acc13b4_20261201T162
 def rename_run(ctx: _Ctx) -> str:
     """The run folder renamed: a newline, markup, an option, 250 characters, a huge number, non-UTF-8 bytes."""
     name = ctx.pick(ODD_NAMES)
+    if ctx.run.name == name:  # renamed so by an earlier edit of this case
+        return f"run folder kept its name {name[:40]!r}"
     new = ctx.safe(ctx.run.parent / name)
     ctx.run.rename(new)
     ctx.case.run = new

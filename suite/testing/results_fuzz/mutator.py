@@ -211,6 +211,10 @@ EDITS: dict[str, tuple[str, Callable[[_Ctx], str]]] = {
     "nonutf8-cell-name": ("folder", _nonutf8_cell_name),
     "long-member-name": ("archive", _member("x" * 10_000 + "-r0.json", b"{}", "a cell with a 10000-character name")),
     "long-sums-line": ("archive", _sums_line(b"0" * 64 + b"  " + b"x" * 100_000, "a line of a 100000-character path")),
+    # found by the 5,000-case campaign of seed 7
+    "only-nulls": ("folder", _set("manifest.json", ("extra", "options", "only"), "[null, null]")),
+    "repeats-2**53": ("folder", _set("manifest.json", ("extra", "options", "repeats"), str(2**53 + 1))),
+    "-1e308-final-loss": ("folder", _set("cell", ("final_loss",), "-1e308")),
 }
 
 

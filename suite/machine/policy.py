@@ -117,15 +117,18 @@ def probe(seconds: float = 2.0, gpus: bool = True) -> MachineState:
 
 
 def wait_until_quiet(policy: QuietPolicy, note: Callable[[str], None],
-                     look: Callable[[float], MachineState] = probe) -> tuple[bool, list[str], MachineState]:
+                     look: Callable[[float], MachineState] = probe,
+                     stopped: Callable[[], bool] = lambda: False) -> tuple[bool, list[str], MachineState]:
     """(go ahead, the last reasons it was busy, the last state): quiet, or busy and only warned about -> go;
-    busy under `refuse`, or still busy after max_wait_s under `wait` -> do not."""
+    busy under `refuse`, still busy after max_wait_s under `wait`, or stopped() (Ctrl-C) while waiting -> do not."""
     started = time.monotonic()
     while True:
         state = look(policy.probe_s)
         reasons = busy(state, policy.thresholds)
         if not reasons:
             return True, [], state
+        if stopped():
+            return False, reasons, state
         if policy.mode == "warn":
             note("warning: the machine is busy: " + "; ".join(reasons))
             return True, reasons, state

@@ -224,7 +224,9 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
         return infeasible_result(cell, repeat, reason, s.name, prediction)
     device = resolve_device(cell, s.gpu_count)
     if s.quiet is not None:
-        go, reasons, _ = wait_until_quiet(s.quiet, progress.note)
+        go, reasons, _ = wait_until_quiet(s.quiet, progress.note, stopped=stop.is_set)
+        if stop.is_set():  # Ctrl-C while waiting for a quiet machine: nothing launched, nothing to record
+            return None
         if not go:
             store.append_runlog(s.run_dir, "not_quiet", cell=cell.id, repeat=repeat, reasons=reasons)
             waited = f" after waiting up to {s.quiet.max_wait_s:.0f} s" if s.quiet.mode == "wait" else ""

@@ -188,6 +188,10 @@ def test_the_quiet_policy_waits_warns_or_refuses():
     go, _, _ = wait_until_quiet(QuietPolicy(mode="wait", max_wait_s=0.3, probe_s=0.1), notes.append,
                                 lambda s: (time.sleep(s), state(cpu=1.0))[1])
     assert not go and time.monotonic() - started < 2
+    looks = iter([state(cpu=1.0)] * 3)  # Ctrl-C during a long wait: no more looks
+    go, _, _ = wait_until_quiet(QuietPolicy(mode="wait", max_wait_s=600, probe_s=0.01), notes.append,
+                                lambda s: next(looks), stopped=lambda: True)
+    assert not go and len(list(looks)) == 2
 
 
 @pytest.fixture

@@ -245,6 +245,20 @@ def test_an_edit_replaces_an_earlier_edits_fifo_instead_of_waiting_on_it(tmp_pat
         pytest.fail("the edit waited on the FIFO an earlier edit left")
     assert stat.S_ISREG(os.lstat(target).st_mode)
 
+
+def test_an_edit_of_a_file_an_earlier_edit_made_a_folder_leaves_it(tmp_path):
+    """The 5,000-case rerun's one fuzzer bug (case 2159): scenario.yaml had become a folder."""
+    from suite.testing.results_fuzz.case import _Ctx
+    from suite.testing.results_fuzz.edits import edit_runlog, edit_scenario
+
+    case = rf.case_from(tmp_path / "case", [])
+    for name, edit in (("scenario.yaml", edit_scenario), ("runlog.jsonl", edit_runlog)):
+        target = case.run / name
+        target.unlink(missing_ok=True)
+        target.mkdir()
+        assert edit(_Ctx(case, lambda n: 0)) == f"{name}: a folder (an earlier edit), left"
+        assert target.is_dir()
+
 def test_every_untouched_source_passes_every_command(runner, tmp_path):
     """The baselines the mutator starts from are read fine by every command (else every case would "fail")."""
     outcomes = rf.warm(runner, tmp_path, rf.SOURCES)

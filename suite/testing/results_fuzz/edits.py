@@ -83,6 +83,8 @@ def _billion_laughs(levels: int, fanout: int) -> str:
 def edit_scenario(ctx: _Ctx) -> str:
     """scenario.yaml: a YAML bomb, a recursive alias, a hostile value, a 5 MB line, a python tag, bytes."""
     path = ctx.run / "scenario.yaml"
+    if path.is_dir() and not path.is_symlink():  # an earlier edit of this case made it a folder: nothing to write
+        return "scenario.yaml: a folder (an earlier edit), left"
     text = path.read_bytes() if _plain(path) else b"name: smoke\n"
     op = ctx.choose(8)
     if op == 0:
@@ -115,6 +117,8 @@ def edit_scenario(ctx: _Ctx) -> str:
 def edit_runlog(ctx: _Ctx) -> str:
     """runlog.jsonl: a garbage, huge, non-UTF-8, deep or cut line, first or last."""
     path = ctx.run / "runlog.jsonl"
+    if path.is_dir() and not path.is_symlink():  # an earlier edit of this case made it a folder: nothing to write
+        return "runlog.jsonl: a folder (an earlier edit), left"
     text = path.read_bytes() if _plain(path) else b""
     line, what = ctx.pick([
         (b"garbage {{{", "a garbage line"), (b"x" * (5 << 20), "a 5 MB line"), (b"\xff\xfe\x00bad", "a non-UTF-8 line"),

@@ -133,6 +133,8 @@ def _special(rel: str, kind: str) -> Callable[[_Ctx], str]:
 def _scenario_bytes(data: bytes, what: str) -> Callable[[_Ctx], str]:
     def edit(ctx: _Ctx) -> str:
         path = ctx.run / "scenario.yaml"
+        if path.is_dir() and not path.is_symlink():
+            return "scenario.yaml: a folder (an earlier edit), left"
         text = path.read_bytes() if _plain(path) else b""
         ctx.safe(path).write_bytes(text[:40] + data + text[40:])
         return f"scenario.yaml: {what}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from suite.machine.proc import PROC
+from suite.machine import proc
 from suite.machine.state import Competitor, GpuState
 
 # NVML's clocks-event (throttle) reason bits (nvml.h, nvmlClocksEventReason*): the ones that mean the device
@@ -55,13 +55,6 @@ def _text(value: Any) -> str | None:
     return (value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))[:200]
 
 
-def _name(pid: int) -> str:
-    try:
-        return (PROC / str(pid) / "comm").read_text()[:200].strip() or "?"
-    except OSError:
-        return "?"
-
-
 def throttle_reasons(mask: int | None) -> list[str]:
     return [] if mask is None else [name for bit, name in THROTTLE_BITS.items() if mask & bit]
 
@@ -81,7 +74,7 @@ def gpu_states(nvml: Any, ours: Callable[[int], bool]) -> list[GpuState]:
         reasons_call = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
             nvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
         procs = _ask(nvml, lambda: nvml.nvmlDeviceGetComputeRunningProcesses(h)) or []
-        others = [Competitor(pid=p.pid, name=_name(p.pid), cpu=0.0) for p in procs if not ours(p.pid)][:64]
+        others = [Competitor(pid=p.pid, name=proc.name(p.pid), cpu=0.0) for p in procs if not ours(p.pid)][:64]
         out.append(GpuState(
             index=i, name=_text(_ask(nvml, lambda: nvml.nvmlDeviceGetName(h))) or "?", driver=driver,
             sm_clock_mhz=_ask(nvml, lambda: nvml.nvmlDeviceGetClockInfo(h, NVML_CLOCK_SM)),

@@ -122,3 +122,8 @@ def descendants(root: int, procs: dict[int, Proc]) -> set[int]:
 
 def cmdline(pid: int) -> str:
     return (_read(PROC / str(pid) / "cmdline", 1 << 15) or "").replace("\0", " ")
+
+
+def name(pid: int) -> str:
+    """The process's command name (/proc/PID/comm), "?" once it is gone."""
+    return (_read(PROC / str(pid) / "comm", 256) or "").strip()[:200] or "?"

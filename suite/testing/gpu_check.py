@@ -435,15 +435,19 @@ def _mib(b) -> str:
     return "" if not isinstance(b, (int, float)) else f"{b / 2**20:,.1f}"
 
 
+def _label(c: dict) -> str:
+    """A cell for people: its model, strategy and checkpointing."""
+    axes = c.get("axes", {})
+    return " ".join(f"{axes[k]}" for k in ("model", "strategy", "activation_checkpointing") if k in axes)
+
+
 def _cell_row(c: dict, pinned: str | None) -> str:
     """One Markdown row: status, step time, MFU with its accounting, CUDA peak beside every prediction."""
     mfu, mem, pred = c.get("mfu") or {}, c.get("memory") or {}, c.get("prediction") or {}
     measured = mem.get("measured") or {}
     cuda = measured.get("total_cuda")
     step = (c.get("step_time") or {}).get("median")
-    axes = c.get("axes", {})
-    label = " ".join(f"{axes[k]}" for k in ("model", "strategy", "activation_checkpointing") if k in axes)
-    label += " compile" if (c.get("cell") or {}).get("compile") else ""
+    label = _label(c) + (" compile" if (c.get("cell") or {}).get("compile") else "")
     torch_v = f"{c['_torch']}" + ("" if str(c["_torch"]).split("+")[0] == pinned else " (not the pinned one)")
     preds = []
     for b in ((pred.get("memory_bytes") or {}).get("total"), (pred.get("as_implemented") or {}).get("total"),
@@ -462,8 +466,7 @@ def _cell_row(c: dict, pinned: str | None) -> str:
 def _machine_row(c: dict) -> str:
     """One Markdown row of a cell's recorded machine state (CellResult.machine), blank where none was recorded."""
     m = c.get("machine") or {}
-    axes = c.get("axes", {})
-    label = " ".join(f"{axes[k]}" for k in ("model", "strategy", "activation_checkpointing") if k in axes)
+    label = _label(c)
     b, a = ((m.get(k) or {}).get("gpus") or [{}] for k in ("before", "after"))
     b, a = b[0], a[0]
 

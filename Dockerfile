@@ -15,14 +15,6 @@
 # driver comes from the host.
 ARG BASE_IMAGE=pytorch/pytorch:2.14.1-cuda13.0-cudnn9-runtime
 
-# Stage 1: the requirement lists, read from pyproject.toml. The main stage copies only these files, so the
-# multi-GB dependency layer is rebuilt when the dependencies change, not when pytest options or the version do.
-FROM ${BASE_IMAGE} AS requirements
-COPY pyproject.toml /tmp/pyproject.toml
-RUN python3 -c "import tomllib; p = tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']; \
-print('\n'.join(p['dependencies']), file=open('/tmp/requirements.txt', 'w')); \
-[print('\n'.join(v), file=open(f'/tmp/extra-{k}.txt', 'w')) for k, v in p['optional-dependencies'].items()]"
-
 FROM ${BASE_IMAGE}
 # A virtualenv that sees the base's packages (the base's torch counts, nothing is installed twice) and keeps
 # suite's installs away from the system Python (PEP 668 "externally managed" in Debian/Ubuntu bases).
@@ -39,24 +31,33 @@ RUN python3 -m venv --system-site-packages --without-pip /opt/venv \
  && chmod 1777 /home/suite \
  && mkdir -p /workspace/results && chown -R suite:suite /workspace
 
-# Dependencies (torch, ...): this layer depends only on the requirement list, so changing suite's code does
-# not reinstall torch. PIP_ARGS lets a build reach a local package mirror (scripts/docker-setup passes extra
-# indexes served from this machine's disk); empty on a normal host, where pip uses PyPI.
+# Dependencies (torch, ...) from the lock only: lock/base.txt pins every package with its sha256 hashes
+# (scripts/lock) and pip runs with --require-hashes, so an unlisted package or a changed file fails the build.
+# This layer depends only on that file, so changing suite's code does not reinstall torch. The installed lock
+# files stay in /opt/venv/suite-lock/, where each run's manifest reads their digest (lock_digest). PIP_ARGS
+# lets a build reach a local package mirror (scripts/docker-setup passes extra indexes served from this
+# machine's disk); empty on a normal host, where pip uses PyPI. The lock is for CPython 3.11 (the local base);
+# a base with another Python needs `scripts/lock` run for it.
 ARG PIP_ARGS=""
-COPY --from=requirements /tmp/requirements.txt /tmp/build/requirements.txt
+COPY lock/base.txt /opt/venv/suite-lock/base.txt
 # hadolint ignore=SC2086
-RUN python3 -m pip install -q $PIP_ARGS setuptools==80.9.0 -r /tmp/build/requirements.txt
+RUN python3 -m pip install -q --require-hashes $PIP_ARGS -r /opt/venv/suite-lock/base.txt
 
-# Optional extras (e.g. EXTRAS=hf,ray for the compose Ray cluster, comma-separated): a separate layer, so
-# suite:ray shares the multi-GB layer above with suite:latest.
+# Optional extras (e.g. EXTRAS=hf,ray for the compose Ray cluster, comma-separated), each from its lock file
+# (lock/<extra>.txt: base + that extra, one resolution): a separate layer, so suite:ray shares the multi-GB
+# layer above with suite:latest.
 # hf by default: `model: {family: hf, config: ...}` (transformers, tens of MB) works in the main image.
 ARG EXTRAS="hf"
-COPY --from=requirements /tmp/extra-*.txt /tmp/build/
+COPY lock/ /tmp/lock/
 # hadolint ignore=SC2086,DL3013
 RUN if [ -n "$EXTRAS" ]; then \
-      IFS=,; for e in $EXTRAS; do set -- "$@" -r "/tmp/build/extra-$e.txt"; done; unset IFS; \
-      python3 -m pip install -q $PIP_ARGS "$@"; \
-    fi
+      IFS=,; for e in $EXTRAS; do \
+        [ -f "/tmp/lock/$e.txt" ] || { echo "EXTRAS: no lock file lock/$e.txt (scripts/lock makes one per extra)" >&2; exit 1; }; \
+        cp "/tmp/lock/$e.txt" /opt/venv/suite-lock/; set -- "$@" -r "/tmp/lock/$e.txt"; \
+      done; unset IFS; \
+      python3 -m pip install -q --require-hashes $PIP_ARGS "$@"; \
+    fi \
+ && rm -rf /tmp/lock
 
 # The code: small, quick to rebuild; no network needed (--no-deps, no build isolation).
 COPY pyproject.toml /tmp/build/pyproject.toml

@@ -160,7 +160,7 @@ def _compare_cell(cid: str, desc: str, b: Side, c: Side, checks: list[Check], st
 
 # What must match for two results to be comparable (the names --ignore-env takes).
 ENV_FIELDS = ("device_model", "device_count", "world_size", "precision", "torch", "cuda", "nccl", "image_digest",
-              "packages")
+              "packages", "lock")
 
 
 def device_kind(m: Manifest) -> str:
@@ -172,7 +172,7 @@ def _env_values(run: Run) -> dict[str, str]:
     m = run.manifest
     return {"device_model": device_kind(m), "device_count": str(m.device_count), "torch": str(m.torch),
             "cuda": str(m.cuda), "nccl": str(m.nccl), "image_digest": str(m.container_image_digest),
-            "packages": str(m.packages_digest)}
+            "packages": str(m.packages_digest), "lock": str(m.lock_digest)}
 
 
 def environment_diffs(pairs: list[tuple[Side, Side]]) -> list[EnvDiff]:

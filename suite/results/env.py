@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -117,14 +118,65 @@ def packages_digest() -> tuple[str, int]:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16], len(lines)
 
 
+# Where an installer keeps the lock files it installed from (scripts/setup: .venv/suite-lock/dev.txt; the
+# Dockerfile: /opt/venv/suite-lock/base.txt and one file per extra), relative to the environment's sys.prefix.
+LOCK_FOLDER = "suite-lock"
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
+
+
+def _norm(name: str) -> str:
+    """A distribution name as PEP 503 compares them (case, and runs of -_. alike)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_pins(text: str) -> dict[str, str]:
+    """name -> version of every `name==version` line of a lock file (hashes, comments and markers ignored)."""
+    return {_norm(m.group(1)): m.group(2) for m in map(_PIN.match, text.splitlines()) if m}
+
+
+def lock_state(prefix: str | None = None) -> tuple[str | None, list[str], list[str]]:
+    """(digest, files, mismatches) of the lock the running environment was installed from.
+
+    digest: sha256 (first 16 hex digits) of the lock files in `<sys.prefix>/suite-lock/` by name and content;
+    None when the environment was not installed from a lock (a plain `pip install suite`).  mismatches: the
+    locked packages whose installed version differs from the pin or that are missing — empty when the
+    environment is what the lock says (packages outside the lock, e.g. a base image's own, are not counted)."""
+    import hashlib
+    from importlib import metadata
+
+    folder = Path(prefix or sys.prefix) / LOCK_FOLDER
+    try:
+        files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ".txt")
+    except OSError:
+        return None, [], []
+    if not files:
+        return None, [], []
+    h = hashlib.sha256()
+    pins: dict[str, str] = {}
+    for f in files:
+        text = f.read_text(encoding="utf-8", errors="replace")
+        h.update(f.name.encode() + b"\0" + text.encode() + b"\0")
+        pins.update(lock_pins(text))
+    installed: dict[str, str] = {}
+    for d in metadata.distributions():  # in sys.path order: the first one found is the one imports get (a venv's
+        installed.setdefault(_norm(d.metadata["Name"] or "?"), d.version)  # pip before its base image's own)
+    mismatches = [f"{name}: locked {want}, installed {installed.get(name, 'none')}"
+                  for name, want in sorted(pins.items()) if installed.get(name) != want]
+    return h.hexdigest()[:16], [f.name for f in files], mismatches
+
+
 def build_manifest(run_id: str, scenario: str, seed: int | list[int], command: list[str],
                    extra: dict[str, Any] | None = None, torch_facts: dict[str, Any] | None = None) -> Manifest:
     """Collect the environment into a Manifest (torch_facts may be passed in to skip the probe, e.g. in tests)."""
     facts = torch_facts if torch_facts is not None else torch_info()
     commit, dirty = git_info()
     digest, packages = packages_digest()
-    more = {"python_executable": sys.executable, "platform": platform.platform(), "cpu_count": os.cpu_count(),
-            "packages": packages}
+    lock, lock_files, off_lock = lock_state()
+    more: dict[str, Any] = {"python_executable": sys.executable, "platform": platform.platform(),
+                            "cpu_count": os.cpu_count(), "packages": packages}
+    if lock is not None:  # which lock files, and what the environment holds that the lock does not say
+        more["lock_files"] = lock_files
+        more["lock_mismatches"] = off_lock[:20]
     if facts.get("error"):
         more["torch_probe_error"] = facts["error"]
     return Manifest(
@@ -147,6 +199,7 @@ def build_manifest(run_id: str, scenario: str, seed: int | list[int], command: l
         container_image=os.environ.get("SUITE_IMAGE") or None,
         container_image_digest=os.environ.get("SUITE_IMAGE_DIGEST") or None,
         packages_digest=digest,
+        lock_digest=lock,
         seed=seed,
         env=allowed_env(),
         extra={**more, **(extra or {})},

@@ -27,7 +27,8 @@ from suite.stats import percentile
 # with an empty list, which the match gate reports as "no gradient norms recorded" and does not compare.
 # 6: CellResult.machine (the machine's state around the timed launch, suite/machine/); older records read with
 # None, which compare reports as "machine state unknown"; Manifest.packages_digest (compare: "packages").
-SCHEMA_VERSION = 6
+# 7: Manifest.lock_digest (the lock the environment was installed from; compare: "lock"); older manifests None.
+SCHEMA_VERSION = 7
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
 FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")
@@ -414,6 +415,11 @@ class Manifest(_Record):
     packages_digest: str | None = Field(None, description="sha256 (first 16 hex digits) of the runner's installed "
                                         "Python distributions as sorted name==version lines (schema 6; None in "
                                         "older manifests): two environments with one digest hold the same packages.")
+    lock_digest: str | None = Field(None, description="sha256 (first 16 hex digits) of the lock files the "
+                                    "environment was installed from (lock/*.txt, kept in <prefix>/suite-lock/ by "
+                                    "scripts/setup and the Dockerfile); None when it was not installed from a lock "
+                                    "or the manifest is older.  extra.lock_mismatches lists locked packages whose "
+                                    "installed version differs.")
     seed: int | list[int] = Field(description="The scenario's seed, or its seed axis (seed: [0, 1, 2]).")
     env: dict[str, str] = Field(fail_fast=True,
                                 description="Allowlisted environment variables only (never the whole env).")
@@ -421,9 +427,10 @@ class Manifest(_Record):
 
     @model_serializer(mode="wrap")
     def _older_manifests_unchanged(self, handler: Any) -> Any:
-        """An older manifest (no packages_digest) dumps exactly as it was written: pages named by its digest keep
+        """An older manifest (no packages_digest, no lock_digest) dumps exactly as it was written: pages named by its digest keep
         their names."""
         values = handler(self)
-        if isinstance(values, dict) and values.get("packages_digest") is None:
-            values.pop("packages_digest", None)
+        for key in ("packages_digest", "lock_digest"):
+            if isinstance(values, dict) and values.get(key) is None:
+                values.pop(key, None)
         return values

@@ -114,5 +114,11 @@ def varying_axes(items: Iterable[Mapping[str, Any]], axes: Sequence[str] = AXES)
     items = list(items)
     if not items:
         return []
-    first = items[0]
-    return [a for a in axes if any(x.get(a) != first.get(a) for x in items)]
+    first, rest, out = items[0], items[1:], []
+    for a in axes:  # plain loops: this walks every item on every axis that does not vary (10,000 rows x ~20)
+        value = first.get(a)
+        for x in rest:
+            if x.get(a) != value:
+                out.append(a)
+                break
+    return out

@@ -21,33 +21,51 @@ from suite.report.figure import (COLORS, MAX_BARS, MAX_BOXES, MAX_LINES, MAX_LOS
 from suite.report.peaks import peak_plot
 from suite.report.tables import BREAKDOWN, PEAK_KEYS, CellRow, MiB
 
+
 def memory_breakdown(rows: list[CellRow], axes: list[str], runs: bool) -> Plot | None:
+    """Stacked bars per cell, predicted (left) beside measured (right), like for like: a category the run did not
+    measure (activations on a CPU run without peaks) is drawn hatched and pale on the predicted bar, so the two
+    bars compare the same categories and the rest reads as "predicted, not measured".  One bar call per category
+    and side (not per segment): drawing is what costs here."""
     rows = [r for r in rows if r.predicted][:MAX_BARS]
     if not rows:
         return None
     fig = figure(max(6.0, 0.7 * len(rows) + 2), 4.5)
     ax = fig.add_subplot()
-    labelled: set[str] = set()  # each category in the legend once, wherever it first appears
-
-    def bar(x: float, height: float, bottom: float, cat: str, label: str) -> None:
-        ax.bar(x, height, 0.38, bottom=bottom, color=COLORS[cat], label=None if cat in labelled else label)
-        labelled.add(cat)
-
+    xs = range(len(rows))
+    bottoms = {"predicted": [0.0] * len(rows), "measured": [0.0] * len(rows)}
+    unmeasured = False
+    for cat in BREAKDOWN:
+        for side, offset in (("predicted", -0.2), ("measured", 0.2)):
+            heights = []
+            faded = []
+            for r in rows:
+                v = (r.predicted if side == "predicted" else r.measured).get(cat) or 0.0
+                heights.append(v / MiB)
+                faded.append(side == "predicted" and r.measured.get(cat) is None and bool(r.measured))
+            solid = [0.0 if f else h for h, f in zip(heights, faded)]
+            pale = [h if f else 0.0 for h, f in zip(heights, faded)]
+            label = cat.replace("_", " ") if side == "predicted" else None
+            if any(solid):
+                ax.bar([x + offset for x in xs], solid, 0.38, bottom=bottoms[side], color=COLORS[cat], label=label)
+            if any(pale):
+                unmeasured = True
+                ax.bar([x + offset for x in xs], pale, 0.38, bottom=bottoms[side], color=COLORS[cat], alpha=0.3,
+                       hatch="//", label=None if any(solid) else label)
+            bottoms[side] = [b + h for b, h in zip(bottoms[side], heights)]
+    beyond = []
     for i, r in enumerate(rows):
-        for offset, source in ((-0.2, r.predicted), (0.2, r.measured)):
-            bottom = 0.0
-            for cat in BREAKDOWN:
-                v = source.get(cat)
-                if v:
-                    bar(i + offset, v / MiB, bottom, cat, cat.replace("_", " "))
-                    bottom += v / MiB
-            total = next((source[k] for k, _ in PEAK_KEYS if source.get(k) is not None), None)
-            if offset > 0 and total is not None and total / MiB > bottom * 1.001:
-                bar(i + offset, total / MiB - bottom, bottom, "other", "other (measured peak beyond categories)")
-    ax.set_xticks(range(len(rows)), [short_label(r, axes, runs) for r in rows], rotation=45, ha="right", fontsize=8)
+        total = next((r.measured[k] for k, _ in PEAK_KEYS if r.measured.get(k) is not None), None)
+        top = bottoms["measured"][i]
+        beyond.append(total / MiB - top if total is not None and total / MiB > top * 1.001 else 0.0)
+    if any(beyond):
+        ax.bar([x + 0.2 for x in xs], beyond, 0.38, bottom=bottoms["measured"], color=COLORS["other"],
+               label="other (measured peak beyond categories)")
+    ax.set_xticks(list(xs), [short_label(r, axes, runs) for r in rows], rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("MiB per rank")
-    ax.set_title("Memory per rank: predicted (left bar) vs measured (right bar)")
-    ax.legend(fontsize=8)
+    title = "Memory per rank: predicted (left bar) vs measured (right bar)"
+    ax.set_title(title + ("\nhatched: predicted, not measured by the run" if unmeasured else ""), fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return Plot("memory_breakdown", "Memory breakdown per rank, predicted vs measured", png(fig))
 
 

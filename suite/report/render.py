@@ -10,7 +10,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import multiprocessing
+import os
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+
 from suite.axes import AXES
 from suite.report.launch_cost import launch_cost_pivot
 from suite.report.markdown import report_markdown
@@ -65,22 +71,19 @@ def render(runs: list[Run], formats: list[str], out: Path | None, group_by: list
     """Render the runs in each format: {format: path written} with --out, else {format: text}."""
     check_options(formats, out, group_by)
     rows = cell_rows(runs, group_by)
+    plots = _plots_meanwhile(rows) if "html" in formats else []  # drawn while the tables are built
     pivots = build_pivots(rows)
     # what Markdown and HTML show; JSON carries the peaks as numbers and the launch cost as a pivot
     sections = pivots + peak_pivot(rows) + launch_cost_pivot(rows)
     produced: dict[str, str | Path] = {}
-    plots = []
-    if "html" in formats:
-        from suite.report.html import report_html
-        from suite.report.plots import all_plots
-
-        plots = all_plots(rows)
     texts = {}
     for f in dict.fromkeys(formats):
         if f == "md":
             texts[f] = report_markdown(runs, rows, sections, group_by,
                                        [(p.title, f"plots/{p.name}.png") for p in plots] if out else [])
         elif f == "html":
+            from suite.report.html import report_html
+
             texts[f] = report_html(runs, rows, sections, plots, group_by)
         elif f == "csv":
             texts[f] = to_csv(rows)
@@ -98,3 +101,59 @@ def render(runs: list[Run], formats: list[str], out: Path | None, group_by: list
     if peaks:  # the section's own table beside cells.csv (whose columns stay fixed)
         produced["peaks-csv"] = write_file(out / "peaks.csv", peaks)
     return produced
+
+
+# From this many rows on, the plots are drawn in a forked child while this process builds the tables: importing
+# matplotlib and drawing take about as long as the tables of 10,000 cells, and on two cores they overlap.
+PARALLEL_PLOT_ROWS = 2000
+_ROWS: list[CellRow] = []  # what the forked child draws (inherited at the fork: nothing is pickled to it)
+
+
+def _draw_inherited() -> list:
+    from suite.report.plots import all_plots
+
+    return all_plots(_ROWS)
+
+
+class LatePlots(Sequence):
+    """The plots a forked child is drawing, as a list that waits for them when first looked at: the report's
+    tables (rendered before its plots section) are built meanwhile."""
+
+    def __init__(self, pool: ProcessPoolExecutor, future: Future, rows: list[CellRow]) -> None:
+        self._pool, self._future, self._rows, self._plots = pool, future, rows, None
+
+    def _get(self) -> list:
+        if self._plots is None:
+            try:
+                self._plots = self._future.result()
+            except BrokenProcessPool:  # the child died (killed, out of memory): draw here instead
+                from suite.report.plots import all_plots
+
+                self._plots = all_plots(self._rows)
+            finally:
+                self._pool.shutdown()
+        return self._plots
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._get()[i]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+def _plots_meanwhile(rows: list[CellRow]) -> Sequence:
+    """The rows' plots: drawn here and now for a few rows (or one CPU, or no fork), else started in a forked child
+    and returned as LatePlots.  PlotError when matplotlib is missing (raised where the plots are looked at)."""
+    global _ROWS
+    from suite.report.plots import all_plots
+
+    if len(rows) < PARALLEL_PLOT_ROWS or (os.cpu_count() or 1) < 2 \
+            or "fork" not in multiprocessing.get_all_start_methods():
+        return all_plots(rows)
+    _ROWS = rows
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+    try:
+        future = pool.submit(_draw_inherited)  # forks now: the child sees the rows as they are
+    finally:
+        _ROWS = []
+    return LatePlots(pool, future, rows)

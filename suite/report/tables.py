@@ -101,7 +101,7 @@ class CellRow:
     def get(self, key: str) -> Any:
         """The value of a column (a COLUMNS key) or of an axis (an AXES name); None for any other key."""
         if key in AXIS_HEADERS:
-            return self.axes.get(key)
+            return getattr(self.axes, key, None)  # (Axes.get, one call less: tables ask millions of times)
         return getattr(self, key) if key in _ROW_KEYS else None
 
 

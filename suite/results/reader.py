@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +136,9 @@ def _no_gc_pauses():
     out of later collections; reference counting still frees it).  Garbage there is already is collected first:
     frozen, it would never be (a long-lived process reading many runs would grow without end)."""
     enabled = gc.isenabled()
+    if not enabled:  # already paused (load_runs of many runs, or the caller's choice): nothing to add
+        yield
+        return
     gc.collect()
     gc.disable()
     try:
@@ -219,13 +223,16 @@ def read_scenario_copy(run: Path) -> str | None:
 
 def load_runs(paths: Iterable[Path | str]) -> list[Run]:
     """All runs under the given paths, each once, oldest first (by manifest created_at, then run id)."""
-    seen: dict[Path, Run] = {}
+    found: dict[Path, Path] = {}
     for p in paths:
         dirs = find_run_dirs(Path(p))
         if not dirs:
             raise StoreError(f"{p}: no run folders (folders with a manifest.json) found below it")
         for d in dirs:
-            key = d.resolve()
-            if key not in seen:
-                seen[key] = load_run(d)
+            found.setdefault(d.resolve(), d)
+    # many small runs count like one large one: the collector pauses once for all of them (see _no_gc_pauses)
+    many = sum(len(cell_files(d)) for d in found.values()) >= MANY
+    with _no_gc_pauses() if many else contextlib.nullcontext():
+        seen = {key: load_run(d) for key, d in found.items()}
     return sorted(seen.values(), key=lambda r: (r.manifest.created_at, r.manifest.run_id, str(r.path)))
+

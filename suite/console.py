@@ -8,7 +8,8 @@ a validation message is printed as it is instead of raising MarkupError.  Delibe
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import os
+from typing import Any, Iterable, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -21,9 +22,12 @@ EXIT_INPUT = 2  # the user's input: a scenario file, an option, a damaged or mis
 EXIT_ENVIRONMENT = 3  # suite could not write its results (full disk, read-only or not a folder) or the OS refused
 EXIT_INTERNAL = 70  # an uncaught exception: a bug in suite (traceback on stderr), never a verdict (cli/crash.CrashGroup)
 
-# Wide tables stay readable when piped (rich falls back to 80 columns without a terminal).
-console = Console(width=None if Console().is_terminal else 240)
-err_console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else 240)
+# Wide tables stay readable when piped (rich falls back to 80 columns without a terminal), unless COLUMNS says
+# how wide the output may be (rich reads it when no width is given).
+PIPE_WIDTH = 240
+_piped_width = None if os.environ.get("COLUMNS", "").isdigit() else PIPE_WIDTH
+console = Console(width=None if Console().is_terminal else _piped_width)
+err_console = Console(stderr=True, width=None if Console(stderr=True).is_terminal else _piped_width)
 
 
 def nbytes(n: float | None) -> str:
@@ -97,18 +101,66 @@ def _plain(value: Any) -> str:
     return text if text.isprintable() else "".join(c if c.isprintable() else " " for c in text)
 
 
-def table(title: str, columns: list[str], rows: Iterable[list[Any]]) -> Table | PlainTable:
+def table(title: str, columns: list[str], rows: Iterable[list[Any]], *, optional: Sequence[str] = (),
+          flexible: str | None = None, width: int | None = None) -> Table | PlainTable | FittedTable:
     """A table whose title, headers and cells are plain text (never markup), folded rather than cut; past
-    LARGE_TABLE rows, a PlainTable (the same content as aligned lines, in linear time)."""
-    rows = list(rows)
+    LARGE_TABLE rows, a PlainTable (the same content as aligned lines, in linear time).  With `optional` or
+    `flexible` columns, a FittedTable: laid out for the width it is printed at (see there)."""
+    rows = [list(r) for r in rows]
     if len(rows) > LARGE_TABLE:
         return PlainTable(title, columns, rows)
+    if optional or flexible:
+        return FittedTable(title, columns, rows, optional, flexible, width)
     t = Table(title=Text(title), show_lines=False)
     for c in columns:
         t.add_column(Text(c), overflow="fold")
     for r in rows:
         add_row(t, r)
     return t
+
+
+class FittedTable:
+    """A table sized to the output it is printed on (the terminal, COLUMNS in a pipe, PIPE_WIDTH otherwise; or
+    `width`): when the columns do not fit, the `optional` ones are left out in the order given (least important
+    first) and the caption names them; the `flexible` column (free text: errors, gates) folds onto more lines
+    and gets what the others leave; every other column keeps its widest value on one line (headers wrap
+    between words), so a cell id is never cut."""
+
+    def __init__(self, title: str, columns: list[str], rows: list[list[Any]], optional: Sequence[str],
+                 flexible: str | None, width: int | None) -> None:
+        self.title, self.columns, self.rows = title, columns, rows
+        self.optional, self.flexible, self.width = list(optional), flexible, width
+
+    def layout(self, limit: int) -> Table:
+        columns, flexible = self.columns, self.flexible
+        natural = {c: max([max(map(len, c.split() or [""])), *(len(_plain(r[i])) for r in self.rows if i < len(r))])
+                   for i, c in enumerate(columns)}
+        needed = {c: min(w, FLEXIBLE_MIN) if c == flexible else w for c, w in natural.items()}
+        shown = list(columns)
+        for c in self.optional:  # rich draws "│ value │": 3 characters a column and 1 for the table's edge
+            if sum(needed[k] + 3 for k in shown) + 1 <= limit:
+                break
+            if c in shown:
+                shown.remove(c)
+        left_out = [c for c in columns if c not in shown]
+        caption = f"left out to fit {limit} columns: {', '.join(left_out)} (COLUMNS=N for more)" if left_out else None
+        t = Table(title=Text(self.title), show_lines=False, caption=Text(caption) if caption else None)
+        rest = sum(natural[c] + 3 for c in shown if c != flexible) + 1
+        for c in shown:
+            if c == flexible:  # what the others leave, down to a few characters a line
+                t.add_column(Text(c), overflow="fold", width=max(8, min(natural[c], limit - rest - 3)))
+            else:
+                t.add_column(Text(c), overflow="fold", width=natural[c])
+        keep = [columns.index(c) for c in shown]
+        for r in self.rows:
+            add_row(t, [r[i] if i < len(r) else None for i in keep])
+        return t
+
+    def __rich_console__(self, console, options):
+        yield self.layout(self.width or options.max_width)
+
+
+FLEXIBLE_MIN = 24  # characters the free-text column keeps at least, folding its text onto more lines
 
 
 MAX_MESSAGE = 2000  # characters of one error or warning line: a hostile file's name or value can be megabytes

@@ -58,7 +58,9 @@ def cells_table(results: list[CellResult], title: str) -> Table | PlainTable:
                     f"{r.mfu.value:.1%}" if r.mfu and r.mfu.value is not None else "-", mem,
                     _f(o.launch + o.setup, ".1f") if o else "-", _f(o.train, ".1f") if o else "-",
                     _f(o.teardown, ".1f") if o else "-", note])
-    return table(title, cols, rows)
+    # least important first: what a narrow terminal leaves out (the caption says which)
+    optional = ["teardown s", "launch+setup s", "train s", "mem ratio p/g/o", "MFU", "final loss", "tokens/s/dev"]
+    return table(title, cols, rows, optional=optional, flexible="gates / error")
 
 
 def status_counts(results: list[CellResult]) -> dict[str, int]:

@@ -79,29 +79,34 @@ def to_markdown(c: Comparison) -> str:
     return "\n".join(parts)
 
 
+def terminal_rows(c: Comparison) -> list[Finding]:
+    """The one terminal table's rows: every check that needs a person (regressions first), then the timing checks
+    that were unchanged (with the noise they were judged against: what a nightly reader needs to trust a green)."""
+    rows = notable(c)
+    shown = {id(f) for f in rows}
+    return rows + sorted((f for f in c.findings if f.noise and id(f) not in shown), key=lambda f: (f.cell, f.metric))
+
+
 def print_terminal(c: Comparison, console) -> None:
-    """Rich tables; every value is escaped (error tails like "[rank0]: ..." are text, not markup)."""
+    """One table of checks, sized to the terminal (suite.console.table: the least important columns go first
+    when it is narrow); every value is plain text (error tails like "[rank0]: ..." are text, not markup)."""
     from rich.markup import escape
-    from rich.table import Table
+
+    from suite.console import styled, table
 
     style = {"regression": "bold red", "machine-differs": "magenta", "improvement": "green", "inconclusive": "yellow"}
-
-    def show(title: str, header: list[str], lines: list[list[str]], styles: list[str | None], **kw) -> None:
-        if lines:
-            t = Table(title=title, **kw)
-            for h in header:
-                t.add_column(h, overflow="fold")
-            for line, st in zip(lines, styles):
-                t.add_row(*(escape(v) for v in line), style=st)
-            console.print(t)
-
-    show("environments differ", ["field", "baseline", "current"], [[d.field, d.baseline, d.current] for d in c.env],
-         [None] * len(c.env), title_style="bold yellow")
-    rows = notable(c)
-    show("suite compare", HEADER, [_line(f) for f in rows], [style.get(f.verdict) for f in rows])
-    timing = noise_rows(c)
-    show("timing: noise and the smallest detectable change", NOISE_HEADER, timing,
-         [style.get(line[3]) for line in timing])
+    if c.env:
+        console.print(table("environments differ", ["field", "baseline", "current"],
+                            [[d.field, d.baseline, d.current] for d in c.env]))
+    rows = terminal_rows(c)
+    if rows:
+        lines = []
+        for f in rows:
+            line: list = _line(f)
+            line[3] = styled(f.verdict, style.get(f.verdict, ""))
+            lines.append(line)
+        console.print(table("suite compare", HEADER, lines, flexible="detail",
+                            optional=["p", "noise", "detectable", "baseline", "current", "axes"]))
     for title, cells in (("only in baseline", c.only_baseline), ("only in current", c.only_current)):
         for cid, desc in cells:
             console.print(f"[yellow]{title}:[/yellow] {escape(cid)} {escape(desc)}", highlight=False)

@@ -59,3 +59,17 @@ def test_columns_sizes_the_piped_output(width):
                           text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() and max(map(len, proc.stdout.splitlines())) <= width, proc.stdout
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_compare_prints_one_table_that_fits(width):
+    runs = [p for p in sorted((ROOT / "results/baselines/smoke").iterdir()) if (p / "cells").is_dir()]
+    env = {**os.environ, "COLUMNS": str(width)}
+    proc = subprocess.run([sys.executable, "-m", "suite", "compare", str(runs[0]), str(runs[-1])],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    out = proc.stdout
+    assert out.count("suite compare") == 1 and "timing: noise" not in out  # one table, not a second copy
+    table_lines = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table_lines and max(map(len, table_lines)) <= width, out
+    assert "unchanged" in out and "regression" in out  # the quiet timing checks are in the same table

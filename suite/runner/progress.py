@@ -57,7 +57,18 @@ def _num(x) -> str:
 
 
 def _axes(cell) -> str:
-    return " ".join(f"{k}={v}" for k, v in cell.axes().items())
+    """The cell's axes as k=v, leaving out the ones it does not set (None: no shard size, no seed axis, ...)."""
+    return " ".join(f"{k}={v}" for k, v in cell.axes().items() if v is not None)
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person reads them: 42 s, 3 min 05 s, 2 h 07 min."""
+    s = int(round(max(seconds, 0.0)))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 class RunProgress:
@@ -108,10 +119,17 @@ class RunProgress:
         if result.status != "ok" and result.error:
             why = f": {result.error.strip().splitlines()[0][:200]}"
         took = f" in {time.monotonic() - self.cell_t0:.1f} s" if self.tail is not None else ""
-        line = f"[{self.done}/{self.total}] {result.cell_id}-r{result.repeat} {result.status}{took}{loss}{why}"
+        eta = f" (ETA {duration(left)})" if (left := self.eta_s()) is not None and self.done < self.total else ""
+        line = f"[{self.done}/{self.total}] {result.cell_id}-r{result.repeat} {result.status}{took}{loss}{why}{eta}"
         self.note(line)
         self.cell, self.tail = None, None
         self._refresh()
+
+    def eta_s(self) -> float | None:
+        """Seconds until the last cell ends, from the mean time of the cells done so far (None before the first)."""
+        if not self.done:
+            return None
+        return (time.monotonic() - self.t0) / self.done * (self.total - self.done)
 
     def close(self) -> None:
         if self.live:
@@ -125,7 +143,9 @@ class RunProgress:
         elapsed = time.monotonic() - self.t0
         counts = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items())) or "-"
         text = Text.from_markup(f"[bold]cells[/bold] {self.done}/{self.total} done, {self.total - self.done} left "
-                                f"({escape(counts)})   [bold]elapsed[/bold] {elapsed:.0f} s")
+                                f"({escape(counts)})   [bold]elapsed[/bold] {duration(elapsed)}")
+        left = self.eta_s()
+        text.append(f"   ETA {duration(left)}" if left is not None else "   ETA after the first cell")
         if self.cell is not None:
             step = self.tail.step if self.tail else None
             loss = self.tail.loss if self.tail else None

@@ -65,3 +65,28 @@ def test_live_panel_on_a_terminal(tmp_path):
     progress.end_cell(_result(cell, "ok"))
     progress.close()
     assert f"[1/1] {cell.id}-r0 ok" in out.getvalue()
+
+
+def test_eta_from_the_cells_done_and_no_unset_axes(tmp_path, monkeypatch):
+    from suite.runner import progress as mod
+
+    clock = [100.0]
+    monkeypatch.setattr(mod.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    progress = RunProgress(4, Console(file=out, width=200), live=False)
+    cell = _cell()
+    assert progress.eta_s() is None  # nothing done: no estimate yet
+    progress.start_cell(cell, 0, tmp_path)
+    assert "=None" not in out.getvalue()  # axes the cell does not set are not listed
+    clock[0] += 30
+    progress.end_cell(_result(cell, "ok"))
+    assert progress.eta_s() == 90.0
+    assert out.getvalue().splitlines()[-1].endswith("(ETA 1 min 30 s)")
+    live = RunProgress(4, Console(file=io.StringIO(), force_terminal=True, width=120))
+    live.done = 1
+    clock[0] += 3600
+    live._refresh()
+    live.live.refresh()
+    assert "ETA 3 h 00 min" in live.console.file.getvalue()
+    live.close()
+    assert mod.duration(42.4) == "42 s" and mod.duration(185) == "3 min 05 s"

@@ -10,19 +10,34 @@ import typer
 
 from suite import __version__
 from suite.cli.crash import CrashGroup, crash
+from suite.cli.help import PlainFlags, SuiteTyper
 
 # A crash (an exception no command handled) exits 70 with its traceback, never 1: suite/cli/crash.py.
+# Flags read plainly in --help (`--force`, not `--force <bool>`): suite/cli/help.py.
 
-app = typer.Typer(cls=CrashGroup, add_completion=False, no_args_is_help=True,
-                  help="Reproducible benchmarks for distributed PyTorch training.")
+
+class SuiteGroup(PlainFlags, CrashGroup):
+    """The `suite` group: a crash exits 70 (crash.py); `--help` shows flags without a type (help.py)."""
+
+
+app = SuiteTyper(cls=SuiteGroup, add_completion=False, no_args_is_help=True,
+                 help="Reproducible benchmarks for distributed PyTorch training.")
 
 
 TRUST_HELP = ("A module (and those below it) a scenario's `family: python` factory may come from, besides the "
               "scenario's project (adds to SUITE_TRUST; repeatable; docs/own-model.md).")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
 @app.callback()
-def _environment() -> None:
+def _environment(_version: bool = typer.Option(False, "--version", is_eager=True,
+                                               callback=_print_version, expose_value=False,
+                                               help="Print suite's version and exit.")) -> None:
     """Reproducible benchmarks for distributed PyTorch training."""
     from suite.cli.environment import problems
 
@@ -137,6 +152,21 @@ def strategies(as_json: bool = typer.Option(False, "--json", help="Machine-reada
 
 
 @app.command()
+def presets(as_json: bool = typer.Option(False, "--json", help="Machine-readable output (exact parameter "
+                                         "counts, every field of each shape).")) -> None:
+    """List the model presets a scenario's `model:` may name: family, parameters, layers, widths, vocabulary."""
+    from suite.console import console, table
+    from suite.cli import preset_table as listing
+
+    if as_json:
+        typer.echo(json.dumps(listing.as_json(), indent=1))
+        return
+    body = listing.rows()
+    console.print(table(f"{len(body)} model presets (suite/models/presets.py; parameters as `suite plan` counts "
+                        "them)", listing.COLUMNS, body))
+
+
+@app.command()
 def version() -> None:
     """Print suite's version."""
     typer.echo(__version__)
@@ -144,10 +174,11 @@ def version() -> None:
 
 @app.command()
 def comm(ops: Optional[str] = typer.Option(None, "--ops", help="Comma list of all_reduce, all_gather, "
-                                           "reduce_scatter, broadcast, reduce, all_to_all [default: the first four]."),
+                                           "reduce_scatter, broadcast, reduce, all_to_all (default: the first four)."),
          sizes: Optional[str] = typer.Option(None, "--sizes", help="Sizes S (NCCL-tests meaning): `1KiB..1GiB` "
-                                             "(doubling) or `4MiB,64MiB` [default: 1KiB..1GiB cuda, 1KiB..64MiB cpu]."),
-         gpus: Optional[int] = typer.Option(None, "--gpus", help="Ranks [default: every GPU; 2 on CPU]."),
+                                             "(doubling) or `4MiB,64MiB` (default: 1KiB..1GiB cuda, 1KiB..64MiB "
+                                             "cpu)."),
+         gpus: Optional[int] = typer.Option(None, "--gpus", help="Ranks (default: every GPU; 2 on CPU)."),
          iters: int = typer.Option(20, "--iters", help="Timed iterations per op and size."),
          warmup: int = typer.Option(5, "--warmup", help="Untimed iterations before them."),
          results: Path = typer.Option(Path("results"), "--results", help="Results root; runs go to <root>/comm/."),

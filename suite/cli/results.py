@@ -10,20 +10,31 @@ from typing import List, Optional
 
 import typer
 
+from suite.cli.help import PlainFlagsGroup, SuiteTyper
 from suite.console import print_error as _error
 
-results_app = typer.Typer(no_args_is_help=True, help="Stored results: list run folders, show a run or a cell, pack "
-                          "run folders into one checksummed archive for another machine and unpack one.")
+RESULTS_ROOT = Path("results")  # `suite run --results`'s default: where ls and show look unless told
+
+results_app = SuiteTyper(cls=PlainFlagsGroup, no_args_is_help=True,
+                         help="Stored results: list run folders, show a run or a cell, pack run folders into one "
+                         "checksummed archive for another machine and unpack one.")
 
 
 @results_app.command("ls")
-def results_ls(root: Path = typer.Argument(Path("results"), help="Results root.")) -> None:
+def results_ls(results: Optional[Path] = typer.Option(None, "--results", help="Results root (default: results).",
+                                                      show_default=False),
+               root: Optional[Path] = typer.Argument(None, show_default=False,
+                                                     help="Results root, the older form of --results.")) -> None:
     """List run folders: scenario, time, commit, counts per status (unreadable ones too, with why)."""
     from rich.markup import escape
 
     from suite.console import EXIT_INPUT, console, err_console, one_line
     from suite.results.show import runs_table
 
+    if results is not None and root is not None and results != root:
+        _error(f"results root given twice ({root} and --results {results}); give it once, as --results ROOT")
+        raise typer.Exit(EXIT_INPUT)
+    root = results or root or RESULTS_ROOT
     if root.exists() and not root.is_dir():  # listing nothing would hide the mistake
         err_console.print(f"[red]error:[/red] {escape(str(root))}: not a folder; give the results root (the "
                           "folder `suite run --results` wrote to)", highlight=False, soft_wrap=True)
@@ -36,7 +47,7 @@ def results_ls(root: Path = typer.Argument(Path("results"), help="Results root."
 
 @results_app.command("show")
 def results_show(target: str = typer.Argument(..., help="Run folder, run name, cell JSON file or cell id."),
-                 root: Path = typer.Option(Path("results"), "--results", help="Results root to search.")) -> None:
+                 root: Path = typer.Option(RESULTS_ROOT, "--results", help="Results root to search.")) -> None:
     """Show one run's cells as a table, or one cell result in detail."""
     from suite.console import console
     from suite.results import reader

@@ -182,10 +182,22 @@ PRESETS: dict[str, GptShape | LlamaShape | VitShape] = {
 }
 
 
+class UnknownPreset(ValueError):
+    """A model name that is no preset; `choices` (the presets' names) lets a caller say which one was probably
+    meant (scenario/source.py's "did you mean")."""
+
+    choices = tuple(PRESETS)
+
+    def __init__(self, shown: str):
+        """`shown`: the name as the message should quote it (a scenario's loader clips a hostile one)."""
+        super().__init__(f"unknown model preset {shown}; known: {', '.join(PRESETS)} (`suite presets` lists their "
+                         f"shapes)")
+
+
 def resolve(model: "str | GptShape | LlamaShape | VitShape") -> "GptShape | LlamaShape | VitShape":
     """A preset name or an inline shape -> the shape, with `preset` filled in for named ones."""
     if isinstance(model, str):
         if model not in PRESETS:
-            raise ValueError(f"unknown model preset {model!r}; known: {', '.join(PRESETS)}")
+            raise UnknownPreset(repr(model))
         return PRESETS[model].model_copy(update={"preset": model})
     return model

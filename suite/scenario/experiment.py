@@ -16,7 +16,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator, mod
 from suite.axes import AXES, CHECKPOINTING, PRECISIONS
 from suite.machine.policy import QuietPolicy
 from suite.models.own import ModelShape
-from suite.models.presets import PRESETS
+from suite.models.presets import PRESETS, UnknownPreset
 from suite.scenario.convergence import Convergence
 from suite.scenario.data import Data, Eval, SyntheticData
 from suite.scenario.fields import resolve_alias, StrategyName, Strict
@@ -37,7 +37,7 @@ Beta = Annotated[float, Field(ge=0, lt=1)]  # torch's Adam refuses betas outside
 
 def _known_preset(name: str) -> str:
     if name not in PRESETS:
-        raise ValueError(f"unknown model preset {clip(repr(name))}; known: {', '.join(PRESETS)}")
+        raise UnknownPreset(clip(repr(name)))
     return name
 
 

@@ -7,14 +7,16 @@ mistakes are); yaml_loader.py reads the YAML itself within fixed bounds.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import stat
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from suite.scenario.experiment import Scenario
 from suite.models.trust import find_project
@@ -111,6 +113,64 @@ def _file_path(loc: tuple, data: Any) -> tuple | None:
 MAX_PROBLEMS = 20  # a 10,000-item list of wrong values is reported by its first problems and a count
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's type may hold: through Annotated, unions, Optional, lists and dicts."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]  # Literal's values and metadata: none
+
+
+def _tagged(model: type[BaseModel], tag: str) -> bool:
+    """Whether a Literal field of the model (its discriminator: `family`, `kind`) allows this tag."""
+    return any(get_origin(f.annotation) is Literal and tag in get_args(f.annotation)
+               for f in model.model_fields.values())
+
+
+@lru_cache(maxsize=256)
+def _keys_at(loc: tuple) -> tuple[str, ...]:
+    """The keys the scenario's models allow in the mapping at a pydantic error loc (the loc of an unknown key,
+    less that key), found by walking the models' field types: branch parts and list indices are skipped, a
+    union's tag (`gpt` under `model`) picks its model.  Empty when the loc leads to no model (a free dict)."""
+    models: list[type[BaseModel]] = [Scenario]
+    for part in loc:
+        if isinstance(part, int) or _is_branch(part):
+            continue
+        fields = [m.model_fields[part] for m in models if part in m.model_fields]
+        if fields:
+            models = [m for f in fields for m in _models_in(f.annotation)]
+        else:  # a union's tag, or a key of a dict
+            models = [m for m in models if _tagged(m, part)] or models
+    return tuple(dict.fromkeys(name for m in models for name in m.model_fields))
+
+
+def _quoted(expected: Any) -> list[str]:
+    """The string choices pydantic lists in an error's context (`'fp32', 'bf16-mixed' or 'fp16-mixed'`)."""
+    return re.findall(r"'([^']*)'", expected) if isinstance(expected, str) else []
+
+
+def _did_you_mean(e: dict) -> str:
+    """`; did you mean 'strategy'?` for a misspelt key or value, or "" when nothing allowed is close.
+
+    The choices come from the error itself, whatever the field: an unknown key's are the keys its mapping's
+    model allows (_keys_at); a Literal's or an enum's are listed in the error's context, a tagged union's
+    (`data: {kind: ...}`) too; a validator's (a strategy, a model preset) are the `choices` of the ValueError
+    it raised (registry.UnknownStrategy, presets.UnknownPreset).  Matching ignores case."""
+    kind, ctx = e["type"], e.get("ctx") or {}
+    if kind == "extra_forbidden":
+        word, choices = e["loc"][-1], _keys_at(tuple(0 if isinstance(p, int) else p for p in e["loc"][:-1]))
+    elif kind in ("literal_error", "enum"):
+        word, choices = e.get("input"), _quoted(ctx.get("expected"))
+    elif kind == "union_tag_invalid":
+        word, choices = ctx.get("tag"), _quoted(ctx.get("expected_tags"))
+    else:
+        word, choices = e.get("input"), getattr(ctx.get("error"), "choices", None)
+    if not isinstance(word, str) or not word or len(word) > 100 or not choices:
+        return ""
+    lowered = {str(c).lower(): str(c) for c in choices if isinstance(c, str) and c != word}
+    close = difflib.get_close_matches(word.lower(), list(lowered), n=1)
+    return f"; did you mean {clip(repr(lowered[close[0]]))}?" if close else ""
+
+
 def _format_validation(err: ValidationError, source: SourceMap, data: Any) -> list[str]:
     problems, fallback = [], []
     for e in err.errors():
@@ -121,7 +181,8 @@ def _format_validation(err: ValidationError, source: SourceMap, data: Any) -> li
         got = "" if e["type"] in ("missing", "extra_forbidden") or not loc else f" (got {clip(repr(e.get('input')))})"
         if e["type"] == "extra_forbidden":
             msg = "unknown key (not allowed; check the spelling)"
-        (problems if path is not None else fallback).append(f"{source.where(*loc)}: {field}: {msg}{got}")
+        (problems if path is not None else fallback).append(f"{source.where(*loc)}: {field}: {msg}{got}"
+                                                            f"{_did_you_mean(e)}")
     # Keep the distinct lines, in order; the ruled-out branches only if nothing else explains the error.
     out = list(dict.fromkeys(problems or fallback))
     if len(out) > MAX_PROBLEMS:

@@ -278,16 +278,25 @@ def accepted() -> list[str]:
     return [*_SPECS, *_ALIASES]
 
 
+class UnknownStrategy(ValueError):
+    """A name that is no registered strategy or alias; `choices` (what a scenario may write) lets a caller say
+    which one was probably meant (scenario/source.py's "did you mean")."""
+
+    def __init__(self, message: str, choices: list[str]):
+        super().__init__(message)
+        self.choices = tuple(choices)
+
+
 def resolve(name: str) -> str:
-    """The strategy a name or alias stands for; ValueError naming the choices when unknown."""
+    """The strategy a name or alias stands for; UnknownStrategy (a ValueError) naming the choices when unknown."""
     _load_plugins()
     if name in _SPECS:
         return name
     if name in _ALIASES:
         return _ALIASES[name]
     aliases = ", ".join(f"{a} = {n}" for a, n in _ALIASES.items())
-    raise ValueError(f"strategy {name!r} is unknown; registered: {', '.join(repr(n) for n in _SPECS)}"
-                     + (f" (aliases: {aliases})" if aliases else ""))
+    raise UnknownStrategy(f"strategy {name!r} is unknown; registered: {', '.join(repr(n) for n in _SPECS)}"
+                          + (f" (aliases: {aliases})" if aliases else ""), accepted())
 
 
 def get(name: str) -> StrategySpec:

@@ -80,7 +80,7 @@ def test_python_dash_m_suite_reports_bad_file_and_exits_2(write_scenario):
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
     assert [l for l in proc.stderr.splitlines() if l.startswith("error:")] == [
-        f"error: {path}:4: stratgy: unknown key (not allowed; check the spelling)"
+        f"error: {path}:4: stratgy: unknown key (not allowed; check the spelling); did you mean 'strategy'?"
     ]
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from suite import stats
-from suite.report.tables import fold_status, measured_memory
+from suite.report.tables import fold_status
+from suite.results.memory import measured_memory
 from suite.machine.policy import busy
 from suite.results.reader import Run
 from suite.results.schema import CellResult

@@ -19,7 +19,8 @@ from suite.report.bands import band_plots
 from suite.report.figure import (COLORS, MAX_BARS, MAX_BOXES, MAX_LINES, MAX_LOSS_FIGURES, Plot, figure, png,
                                  short_label)
 from suite.report.peaks import peak_plot
-from suite.report.tables import BREAKDOWN, PEAK_KEYS, CellRow, MiB
+from suite.report.tables import CellRow, MiB
+from suite.results.memory import BREAKDOWN, PEAK_KEYS
 
 
 def memory_breakdown(rows: list[CellRow], axes: list[str], runs: bool) -> Plot | None:

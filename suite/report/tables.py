@@ -18,15 +18,13 @@ from typing import Any, Iterable
 from suite import axes, stats
 from suite.axes import AXES, AXIS_HEADERS, varying_axes
 from suite.compat import PINNED_TORCH, is_pinned
+from suite.results.memory import measured_memory, memory_parts, states_bytes
 from suite.results.reader import Run
 from suite.results.schema import Axes, CellResult
 from suite.scenario.convergence import MatchGate
 from suite.strategies import registry
 
 MiB = 2.0**20
-# Memory categories of the planner (suite.plan.memory.MemoryBreakdown), in stacking order.
-BREAKDOWN = ("parameters", "gradients", "optimizer_states", "master_weights", "activations")
-STATES = BREAKDOWN[:4]  # what ZeRO shards: everything but activations
 
 
 @dataclass(frozen=True)
@@ -134,45 +132,6 @@ def mfu_basis(r: CellResult) -> str | None:
     if m.peak_flops is None:
         return f"no known peak for this device at {m.precision} ({m.formula})"
     return f"{m.formula}; peak {m.peak_flops / 1e12:,.0f} TFLOP/s {m.precision} ({m.peak_source or 'unknown source'})"
-
-
-def memory_parts(r: CellResult) -> tuple[dict[str, float | None], dict[str, float]]:
-    """(measured, predicted) per-rank bytes by category; predicted falls back to the stored prediction."""
-    if r.memory is not None:
-        return dict(r.memory.measured), dict(r.memory.predicted)
-    return {}, dict(r.prediction.get("memory_bytes") or {})  # None: a traced-only model
-
-
-# Measured peaks, best first: the allocator's (GPU), the memory tracker's (measure_peaks), a plain total.
-PEAK_KEYS = (("total_cuda", "peak (cuda)"), ("total_tracker", "peak (tracker)"), ("total", "peak"))
-
-
-def measured_memory(r: CellResult) -> tuple[float | None, float | None, str | None]:
-    """(measured, predicted, scope) per-rank bytes, like for like.
-
-    A measured peak is compared with the predicted total (scope 'peak (cuda)' etc.).  Without one (CPU runs
-    without measure_peaks) the counted model states (parameters, gradients, optimizer states) are compared
-    with the prediction for the same categories (scope 'states'), so the ratio never mixes scopes.
-    """
-    measured, predicted = memory_parts(r)
-    for key, scope in PEAK_KEYS:
-        if measured.get(key) is not None:
-            return measured[key], predicted.get("total"), scope
-    states_m, states_p = states_bytes(r)
-    if states_m is not None:
-        return states_m, states_p, "states"
-    return None, predicted.get("total"), None
-
-
-def states_bytes(r: CellResult) -> tuple[float | None, float | None]:
-    """(measured, predicted) bytes of model states (params, grads, optimizer, master) over the same categories."""
-    measured, predicted = memory_parts(r)
-    keys = [k for k in STATES if measured.get(k) is not None]
-    if not keys:
-        return None, sum(predicted[k] for k in STATES) if all(k in predicted for k in STATES) else None
-    # a traced-only model (your own) has no predicted states: no ratio, not a prediction of 0
-    return sum(measured[k] for k in keys), sum(predicted[k] for k in keys) if all(k in predicted for k in keys) \
-        else None
 
 
 def convergence_verdict(results: list[CellResult]) -> str | None:

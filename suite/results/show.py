@@ -14,6 +14,7 @@ from rich.table import Table
 from suite.axes import varying_axes
 from suite.console import PlainTable, nbytes, si, styled, table
 from suite.results import reader
+from suite.results.memory import memory_ratio
 from suite.results.schema import CellResult
 
 STATUS_STYLE = {"ok": "green", "infeasible": "yellow", "gate-failed": "magenta", "interrupted": "yellow"}
@@ -44,11 +45,11 @@ def cells_table(results: list[CellResult], title: str) -> Table | PlainTable:
     """One row per cell result: axes that vary, status, loss, timing, throughput, MFU, memory ratio, overhead."""
     axes = _varying_axes(results)
     cols = ["cell", *axes, "status", "final loss", "step ms (p50)", "tokens/s/dev", "MFU",
-            "mem ratio p/g/o", "launch+setup s", "train s", "teardown s", "gates / error"]
+            "memory measured/predicted", "launch+setup s", "train s", "teardown s", "gates / error"]
     rows = []
     for r in results:
-        ratio = r.memory.ratio if r.memory else {}
-        mem = "/".join(_f(ratio.get(k), ".2f") or "-" for k in ("parameters", "gradients", "optimizer_states"))
+        ratio, scope = memory_ratio(r)  # the report's ratio, like for like (suite/results/memory.py)
+        mem = f"{ratio:.2f} ({scope})" if ratio is not None else "-"
         o = r.overhead_s
         gates = ", ".join(f"{g.name} {'ok' if g.passed else 'FAILED'}" for g in r.gates)
         note = gates if r.status == "ok" else first_line(r.error)
@@ -59,7 +60,8 @@ def cells_table(results: list[CellResult], title: str) -> Table | PlainTable:
                     _f(o.launch + o.setup, ".1f") if o else "-", _f(o.train, ".1f") if o else "-",
                     _f(o.teardown, ".1f") if o else "-", note])
     # least important first: what a narrow terminal leaves out (the caption says which)
-    optional = ["teardown s", "launch+setup s", "train s", "mem ratio p/g/o", "MFU", "final loss", "tokens/s/dev"]
+    optional = ["teardown s", "launch+setup s", "train s", "memory measured/predicted", "MFU", "final loss",
+                "tokens/s/dev"]
     return table(title, cols, rows, optional=optional, flexible="gates / error")
 
 

@@ -8,6 +8,7 @@ are left out, as is JSON decoding, which the second benchmark measures from file
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,7 @@ NIGHTLY = dict(model=["gpt-tiny", "llama-tiny"], seq_len=[32, 64, 96, 128, 256],
                "zero3"], activation_checkpointing=["none", "selective", "full", "every-2", "every-4"], gpus=[1, 2],
                precision="fp32", global_batch_size=64, micro_batch_size=4)
 CLI_CAP_S = 60
+ROUNDS = int(os.environ.get("SUITE_BENCH_ROUNDS", "1"))  # scripts/report-speed asks for more
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +98,7 @@ def suite_cli(*args: object) -> subprocess.CompletedProcess[str]:
 def test_report_command_on_10000_cells(benchmark, nightly_tree, tmp_path, fmt):
     out = tmp_path / fmt
     proc = benchmark.pedantic(suite_cli, args=("report", nightly_tree / "base", nightly_tree / "current",
-                                                "--format", fmt, "--out", out), rounds=1, iterations=1)
+                                                "--format", fmt, "--out", out), rounds=ROUNDS, iterations=1)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "(25 run(s), 10000 cell(s))" in proc.stdout + proc.stderr
     page = (out / f"report.{fmt}").read_text()
@@ -111,7 +113,7 @@ def test_report_command_on_10000_cells(benchmark, nightly_tree, tmp_path, fmt):
 @pytest.mark.slow
 def test_compare_command_on_10000_cells(benchmark, nightly_tree):
     proc = benchmark.pedantic(suite_cli, args=("compare", nightly_tree / "base", nightly_tree / "current"),
-                              rounds=1, iterations=1)
+                              rounds=ROUNDS, iterations=1)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "400 cells compared" in proc.stdout + proc.stderr
     if benchmark.stats is not None:

@@ -32,14 +32,16 @@ TEMPLATE = 2  # part of every page's digest, with the code that renders pages (b
 
 @functools.lru_cache(maxsize=1)
 def _code() -> str:
-    """What renders the pages: this package's source, suite's and matplotlib's versions.  Part of every page's
-    digest, so a changed template or figure renders every page again without anyone remembering to bump."""
+    """What renders the pages: this package's source and templates, suite's and matplotlib's versions.  Part of
+    every page's digest, so a changed template or figure renders every page again without anyone remembering to
+    bump."""
     try:
         mpl = importlib.metadata.version("matplotlib")
     except importlib.metadata.PackageNotFoundError:  # publish refuses to run without it (require_matplotlib)
         mpl = "-"
     h = hashlib.sha256(f"{TEMPLATE} {__version__} {mpl}".encode())
-    for f in sorted(Path(__file__).parent.glob("*.py")):
+    here = Path(__file__).parent
+    for f in sorted([*here.glob("*.py"), *(here / "templates").glob("*")]):  # the templates and style.css too
         h.update(f.read_bytes())
     return h.hexdigest()[:12]
 
@@ -174,9 +176,11 @@ def publish(paths: list[Path], site: Path, history: int = 10, base_url: str | No
     result = Published(site)
     added, result.known = site_state.ingest(paths, st, progress)
     result.added = len(added)
+    from suite.publish.html import require_templates
     from suite.publish.trend import require_matplotlib
 
     require_matplotlib()  # before a single page is written
+    require_templates()
     runs = site_state.runs_of(st, site)
     result.runs = len(runs)
     views = build(runs, history)

@@ -1,35 +1,75 @@
-"""The pieces every page of the site is made of: the page frame, links, tables, and numbers with their spread.
+"""The pieces every page of the site is made of, as data: links, spans, tables, and numbers with their spread.
 
-Plain HTML and one stylesheet (style.css at the site's root), no scripts, nothing fetched: the site opens from
-disk and from any static host.  Every piece of text from the results is escaped.  Links are relative to the
+The site is plain HTML and one stylesheet (templates/style.css, written as style.css at the site's root), no
+scripts, nothing fetched: it opens from disk and from any static host.  The pages are Jinja2 templates
+(templates/*.html.j2, suite/report/templating.py: autoescape on); this module writes no markup.  A table cell
+is text, a `Link`, a `Span` (text with a class and a tooltip), a `BR`, or a tuple of them, and the templates'
+`cell` macro renders each — every piece of text from the results is escaped there.  Links are relative to the
 page (`href(depth, path)`), so a site can be moved or served under any prefix.
 """
 
 from __future__ import annotations
 
-from html import escape
-from typing import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Union
 
 from suite.publish.series import METRICS, Point
+from suite.report import templating
 from suite.results.schema import TimeToTarget
 
-CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem auto; max-width: 80rem;
-       padding: 0 1rem; color: #222; }
-nav { font-size: 0.9rem; margin-bottom: 1rem; } nav a { margin-right: 0.75rem; }
-table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.85rem; }
-th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: left; white-space: nowrap;
-         vertical-align: top; }
-th { background: #f2f2f2; } td.n { text-align: right; } td.text { white-space: normal; min-width: 16rem; }
-.bad, tr.regression .verdict { color: #cf222e; font-weight: bold; } .good { color: #1a7f37; }
-.suspect { color: #9a6700; }
-tr.regression { background: #fff0f0; }
-.spread, .muted { color: #666; font-size: 0.8em; }
-.apart { border-left: 4px solid #d4a72c; background: #fff8e5; padding: 0.4rem 0.75rem; }
-.scroll { overflow-x: auto; max-width: 100%; }
-figure { margin: 0.5rem 0 1rem; } svg { max-width: 100%; height: auto; }
-h2 { margin-top: 2rem; border-bottom: 1px solid #ddd; } code { font-size: 0.85em; }
-"""
+TEMPLATES = Path(__file__).parent / "templates"
+CSS = (TEMPLATES / "style.css").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    url: str
+    text: str
+    cls: str = ""
+    kind = "link"
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Text (or pieces) in a <span>: a class (None: no class attribute) and a tooltip (None: none)."""
+    text: "Cell"
+    cls: str | None = None
+    title: str | None = None
+    kind = "span"
+
+
+@dataclass(frozen=True, slots=True)
+class _Break:
+    kind = "br"
+
+
+BR = _Break()
+Piece = Union[str, Link, Span, _Break]
+Cell = Union[Piece, tuple]  # a piece, or a tuple of cells shown one after the other
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    cells: list[tuple[str, Cell]]  # (kind, cell): kind "n" (a number: right-aligned), "text" (wrapped) or ""
+    cls: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    header: list[str]  # plain text
+    rows: list[Row]
+
+
+def require_templates() -> None:
+    """PagesUnavailable (a PlotError saying what to install) unless the templates can render: publish asks
+    before it writes anything."""
+    templating.environment(TEMPLATES)
+
+
+def render(name: str, **data) -> str:
+    """Page template `name` (templates/<name>) with `data`; the template is compiled once per process."""
+    return templating.template(TEMPLATES, name).render(**data)
 
 
 def href(depth: int, path: str) -> str:
@@ -37,42 +77,24 @@ def href(depth: int, path: str) -> str:
     return "../" * depth + path
 
 
-def link(url: str, text: str, cls: str = "") -> str:
-    klass = f' class="{cls}"' if cls else ""
-    return f'<a href="{escape(url)}"{klass}>{escape(text)}</a>'
+def link(url: str, text: str, cls: str = "") -> Link:
+    return Link(url, str(text), cls)
 
 
-def page(title: str, body: str, depth: int) -> str:
-    nav = f'<nav>{link(href(depth, "index.html"), "all scenarios")}{link(href(depth, "index.json"), "index.json")}</nav>'
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{escape(title)}</title>"
-            f"<link rel=\"stylesheet\" href=\"{href(depth, 'style.css')}\"></head><body>\n{nav}\n"
-            f"<h1>{escape(title)}</h1>\n{body}\n</body></html>\n")
-
-
-def table(header: Iterable[str], rows: Iterable[Iterable[str]], row_classes: Iterable[str] = (),
-          num: Iterable[int] = (), wrap: Iterable[int] = ()) -> str:
-    """Cells are HTML already (escape text with esc()); header is plain text.  Columns in `num` are numbers
-    (right-aligned), those in `wrap` long text (wrapped)."""
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    classes, num, wrap = list(row_classes), set(num), set(wrap)
-    body = []
-    for i, row in enumerate(rows):
-        cls = f' class="{classes[i]}"' if i < len(classes) and classes[i] else ""
-        tds = (f'<td class="n">{c}</td>' if j in num else f'<td class="text">{c}</td>' if j in wrap else f"<td>{c}</td>"
-               for j, c in enumerate(row))
-        body.append(f"<tr{cls}>" + "".join(tds) + "</tr>")
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(body) + \
-        "\n</tbody></table></div>"
+def table(header: Iterable[str], rows: Iterable[Iterable[Cell]], row_classes: Iterable[str] = (),
+          num: Iterable[int] = (), wrap: Iterable[int] = ()) -> Table:
+    """A table for the `table` macro: cells are text or pieces (never markup); header is plain text.  Columns
+    in `num` are numbers (right-aligned), those in `wrap` long text (wrapped)."""
+    header, rows, classes, num, wrap = list(header), [list(r) for r in rows], list(row_classes), set(num), set(wrap)
+    width = max([len(header), *map(len, rows)])
+    kinds = ["n" if j in num else "text" if j in wrap else "" for j in range(width)]
+    return Table(header, [Row(list(zip(kinds, row)), classes[i] if i < len(classes) else "")
+                          for i, row in enumerate(rows)])
 
 
 def when(manifest) -> str:
     """A run's time as the pages show it: 2026-12-01 17:35 (UTC, to the minute)."""
     return manifest.created_at[:16].replace("T", " ")
-
-
-def esc(value: object) -> str:
-    return escape(str(value))
 
 
 def number(metric: str, value: float | None) -> str:
@@ -89,8 +111,8 @@ def number(metric: str, value: float | None) -> str:
     return f"{value:.4f}"
 
 
-def target_text(t: TimeToTarget | None) -> str:
-    """A time to target as the pages show it (HTML): "step 30: 0.53 s train, 0.95 s wall" or "not reached
+def target_text(t: TimeToTarget | None) -> Cell:
+    """A time to target as the pages show it: "step 30: 0.53 s train, 0.95 s wall" or "not reached
     (best 0.41)", the target itself as the tooltip; "-" without one."""
     if t is None:
         return "-"
@@ -99,51 +121,56 @@ def target_text(t: TimeToTarget | None) -> str:
         text = (f"step {t.step}" if t.step is not None else "reached") + (f": {times}" if times else "")
     else:
         text = "not reached" + (f" (best {t.best:.4g})" if t.best is not None else "")
-    return f'<span title="{esc(f"target: {t.metric} {t.value:g}")}">{esc(text)}</span>'
+    return Span(text, title=f"target: {t.metric} {t.value:g}")
 
 
-def with_spread(metric: str, p: Point, runs_sd: float | None = None, n_runs: int = 0, quiet: bool = False) -> str:
+def with_spread(metric: str, p: Point, runs_sd: float | None = None, n_runs: int = 0, quiet: bool = False) -> Cell:
     """The value and how much it moves between runs: between this run's repeats, else from run to run over
     the machine's latest runs (runs_sd, over n_runs); quiet: say nothing when neither is known."""
-    text = esc(number(metric, p.values.get(metric)))
+    text = number(metric, p.values.get(metric))
     sd = p.spread.get(metric)
     if p.values.get(metric) is None:
         return text
     if sd is not None:
-        text += f' <span class="spread">±{sd:.1%} ({p.measured} rep)</span>'
-    elif runs_sd is not None:
-        text += f' <span class="spread">±{runs_sd:.1%} ({n_runs} runs)</span>'
-    elif metric in ("step_time", "tokens_per_s") and not quiet:
-        text += ' <span class="spread">(1 run)</span>'
+        return text, " ", Span(f"±{sd:.1%} ({p.measured} rep)", "spread")
+    if runs_sd is not None:
+        return text, " ", Span(f"±{runs_sd:.1%} ({n_runs} runs)", "spread")
+    if metric in ("step_time", "tokens_per_s") and not quiet:
+        return text, " ", Span("(1 run)", "spread")
     return text
 
 
-def verdict_text(p: Point) -> str:
+def joined(pieces: list[Cell], sep: str = ", ") -> tuple:
+    """The pieces one after the other, `sep` (text) between them."""
+    out: list[Cell] = []
+    for i, piece in enumerate(pieces):
+        out += [sep, piece] if i else [piece]
+    return tuple(out)
+
+
+def verdict_text(p: Point) -> Cell:
     """The point's regressions (compare's details as the tooltip), else improvements, else unchanged."""
     if not p.findings:
-        return '<span class="muted">first run</span>'
+        return Span("first run", "muted")
     bad = p.regressions
     if bad:
-        return ", ".join(f'<span class="bad" title="{esc(f.detail)}">{esc(f.metric)} '
-                         f'{"" if f.change is None else f"{f.change:+.1%}"}</span>' for f in bad)
+        return joined([Span(f'{f.metric} {"" if f.change is None else f"{f.change:+.1%}"}', "bad", f.detail)
+                        for f in bad])
     if p.suspects:
-        return ", ".join(f'<span class="suspect" title="{esc(f.detail)}">{esc(f.metric)} {f.change:+.1%}, no noise '
-                         'estimate yet</span>' for f in p.suspects)
+        return joined([Span(f"{f.metric} {f.change:+.1%}, no noise estimate yet", "suspect", f.detail)
+                        for f in p.suspects])
     moved = [f for f in p.findings if f.verdict == "machine-differs"]
     if moved:  # the timing is not comparable: the machine was busy or different on one side
-        return ", ".join(f'<span class="muted" title="{esc(f.detail)}">{esc(f.metric)}: machine state differs</span>'
-                         for f in moved)
+        return joined([Span(f"{f.metric}: machine state differs", "muted", f.detail) for f in moved])
     good = [f for f in p.findings if f.verdict == "improvement"]
     if good:  # a threshold-only improvement is as unsure as a threshold-only regression: said so, not green
-        return ", ".join(f'<span class="good" title="{esc(f.detail)}">{esc(f.metric)} better</span>'
-                         if f.method != "threshold" else
-                         f'<span class="muted" title="{esc(f.detail)}">{esc(f.metric)} {f.change:+.1%}, no noise '
-                         'estimate yet</span>' for f in good)
+        return joined([Span(f"{f.metric} better", "good", f.detail) if f.method != "threshold" else
+                        Span(f"{f.metric} {f.change:+.1%}, no noise estimate yet", "muted", f.detail) for f in good])
     measured = [f for f in p.findings if f.metric != "status"]
     if measured and all(f.verdict in ("inconclusive", "skipped") for f in measured):
         why = "; ".join(f"{f.metric}: {f.detail}" for f in measured if f.detail)
-        return f'<span class="muted" title="{esc(why)}">inconclusive</span>'
-    return '<span class="muted">unchanged</span>'
+        return Span("inconclusive", "muted", why)
+    return Span("unchanged", "muted")
 
 
 def metric_label(metric: str) -> str:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from suite.publish.html import (esc, href, link, metric_label, number, page, table, target_text, verdict_text,
-                                when, with_spread)
+from suite.publish.html import (BR, Span, href, joined, link, metric_label, number, render, table, target_text,
+                                verdict_text, when, with_spread)
 from suite.publish.series import (HELD_OUT, METRICS, VERDICTS, Group, MachineRuns, Point, ScenarioView, slug,
                                   status_counts)
 from suite import stats
 from suite.compare.comparison import Finding
+from suite.report.templating import trusted
 from suite.results.reader import Run
 
 TABLE_METRICS = ("step_time", "tokens_per_s", "mfu", "peak_memory", "final_loss", "eval_loss", "accuracy")
@@ -49,9 +50,8 @@ def night_sd(points: list[Point], metric: str, last: int = 10) -> tuple[float | 
     return stats.mad_sigma([math.log(v) for v in vals]), len(vals)
 
 
-def _counts(counts: dict[str, int], bad: Callable[[str], bool]) -> str:
-    return ", ".join(f'<span class="{"bad" if bad(k) and n else ""}">{esc(k)} {n}</span>'
-                     for k, n in sorted(counts.items()))
+def _counts(counts: dict[str, int], bad: Callable[[str], bool]) -> tuple:
+    return joined([Span(f"{k} {n}", "bad" if bad(k) and n else None) for k, n in sorted(counts.items())])
 
 
 def _verdict_counts(findings: list[Finding]) -> dict[str, int]:
@@ -70,11 +70,11 @@ def flagged(views: list[ScenarioView], kind: str = "regressions") -> list[tuple[
     return sorted(out, key=lambda x: x[2].run.manifest.created_at, reverse=True)
 
 
-def _flag_rows(items) -> list[list[str]]:
+def _flag_rows(items) -> list[list]:
     """The index's rows of flagged findings (links from the site's root)."""
-    return [[esc(when(p.run.manifest)), link(scenario_path(v), v.name),
-             link(cell_path(v, f.cell_id), v.cells.get(f.cell_id, f.cell_id)), esc(m.machine.label),
-             esc(f.metric), esc("" if f.change is None else f"{f.change:+.1%}"), esc(f.detail),
+    return [[when(p.run.manifest), link(scenario_path(v), v.name),
+             link(cell_path(v, f.cell_id), v.cells.get(f.cell_id, f.cell_id)), m.machine.label,
+             f.metric, "" if f.change is None else f"{f.change:+.1%}", str(f.detail),
              link(run_path(p.run_key), p.run.manifest.run_id)] for v, m, p, f in items]
 
 
@@ -88,50 +88,36 @@ def index_html(views: list[ScenarioView], history: int = 10) -> str:
         for m in v.machines:
             key, run = m.latest
             latest = m.latest_findings()
-            rows.append([link(scenario_path(v), v.name), esc(m.machine.group.label), esc(m.machine.label),
+            rows.append([link(scenario_path(v), v.name), m.machine.group.label, m.machine.label,
                          str(len(m.runs)), link(run_path(key), run.manifest.run_id),
-                         esc(when(run.manifest)), esc((run.manifest.git_commit or "-")[:7]),
+                         when(run.manifest), (run.manifest.git_commit or "-")[:7],
                          _counts(status_counts(run.results), lambda s: s != "ok"),
                          _counts(_verdict_counts(latest), lambda s: s == "regression") if latest else
-                         '<span class="muted">first run</span>'])
+                         Span("first run", "muted")])
     every = flagged(views)
     latest_keys = {m.latest[0] for v in views for m in v.machines}
     recent = [x for x in every if x[2].run_key in latest_keys]
     suspects = [x for x in flagged(views, "suspects") if x[2].run_key in latest_keys]
-    body = [f"<p>{len(views)} scenario(s), {sum(len(m.runs) for v in views for m in v.machines)} run(s) on "
-            f"{len({m.machine for v in views for m in v.machines})} machine(s).  Each run is judged by "
-            f"<code>suite compare</code> against the earlier runs of its machine (up to {history}: from 5 on, their "
-            "spread is the noise a change must exceed).</p>",
-            "<h2>Scenarios: the latest run of every machine</h2>",
-            table(["scenario", "group (comparable)", "machine", "runs", "latest run", "when (UTC)", "commit",
-                   "statuses", "verdicts vs. earlier runs"], rows, num=(3,)),
-            f"<h2>Regressions in the latest runs ({len(recent)})</h2>",
-            table(FLAG_HEADER, _flag_rows(recent), **FLAG_COLUMNS) if recent else "<p>None.</p>",
-            *([f"<h3>Past the threshold with no noise estimate yet ({len(suspects)})</h3>",
-               '<p class="muted">Fewer than 5 earlier runs and fewer than 3 repeats: <code>suite compare</code> '
-               "flags these too (saying so); a few more nights or <code>--repeats 3</code> tell them from noise.</p>",
-               table(FLAG_HEADER, _flag_rows(suspects), **FLAG_COLUMNS)] if suspects else []),
-            f"<h2>Every run flagged as a regression ({len(every)})</h2>",
-            table(FLAG_HEADER, _flag_rows(every[:MAX_FLAGGED]), **FLAG_COLUMNS) if every else "<p>None.</p>"]
-    if len(every) > MAX_FLAGGED:
-        body.append(f'<p class="muted">The {MAX_FLAGGED} newest are shown; index.json lists all {len(every)}.</p>')
-    return page("suite results", "\n".join(body), 0)
+    return render("index.html.j2", title="suite results", root=href(0, ""), history=history, scenarios=len(views),
+                  runs=sum(len(m.runs) for v in views for m in v.machines),
+                  machines=len({m.machine for v in views for m in v.machines}),
+                  latest=table(["scenario", "group (comparable)", "machine", "runs", "latest run", "when (UTC)",
+                                "commit", "statuses", "verdicts vs. earlier runs"], rows, num=(3,), wrap=(8,)),
+                  recent=table(FLAG_HEADER, _flag_rows(recent), **FLAG_COLUMNS),
+                  suspects=table(FLAG_HEADER, _flag_rows(suspects), **FLAG_COLUMNS),
+                  every=table(FLAG_HEADER, _flag_rows(every[:MAX_FLAGGED]), **FLAG_COLUMNS), flagged=len(every))
 
 
-def _env_note(p: Point) -> str:
+def _env_note(p: Point) -> tuple:
     """What differs from the earlier runs' environment (compare's --strict would refuse these)."""
     if not p.env:
-        return ""
-    return f'<br><span class="suspect" title="{esc("; ".join(p.env))}">environment differs: ' \
-        + esc(", ".join(e.split(" (")[0] for e in p.env)) + "</span>"
+        return ()
+    return BR, Span("environment differs: " + ", ".join(e.split(" (")[0] for e in p.env), "suspect", "; ".join(p.env))
 
 
-def _apart(group: Group, groups: list[Group]) -> str:
-    others = [g for g in groups if g != group]
-    if not others:
-        return ""
-    items = "".join(f"<li>{esc(g.label)}: {esc(group.apart(g))}</li>" for g in others)
-    return f'<div class="apart">Not put beside these groups\' numbers (listed in their own section):<ul>{items}</ul></div>'
+def _apart(group: Group, groups: list[Group]) -> list[tuple[str, str]]:
+    """The other groups, each with why its numbers are not beside this group's."""
+    return [(g.label, group.apart(g)) for g in groups if g != group]
 
 
 def _column_heads(machines: list[MachineRuns]) -> list[str]:
@@ -146,19 +132,15 @@ def _column_heads(machines: list[MachineRuns]) -> list[str]:
 
 def scenario_html(view: ScenarioView) -> str:
     groups = view.groups()
-    body = [f"<p>{len(view.cells)} cell(s); numbers are the latest run of each machine, with the spread between "
-            "runs (between the run's repeats, else from run to run over the machine's latest 10 runs).</p>"]
+    shown = []
     for group in groups:
         machines = [m for m in view.machines if m.machine.group == group]
         heads = _column_heads(machines)
-        body += [f"<h2>{esc(group.label)}</h2>", _apart(group, groups)]
         cells = [c for c in view.cells if any(c in m.points for m in machines)]
         empty = [k for k in TABLE_METRICS if not any(p.values.get(k) is not None for m in machines
                                                       for pts in m.points.values() for p in pts)]
         missing = [k for k in empty if k not in HELD_OUT]  # a scenario without `eval:` has none: not news
-        if missing:
-            body.append('<p class="muted">No values of ' + esc(", ".join(metric_label(k) for k in missing))
-                        + (" (MFU needs the device's peak FLOPs: GPU runs)" if "mfu" in empty else "") + ".</p>")
+        tables = []
         for metric in [k for k in TABLE_METRICS if k not in empty]:
             rows = []
             for c in cells:
@@ -167,58 +149,58 @@ def scenario_html(view: ScenarioView) -> str:
                     pts = m.points.get(c, [])
                     last = pts[-1] if pts and pts[-1].run_key == m.latest[0] else None
                     if last is None:
-                        row.append('<span class="muted">not in this run</span>')
+                        row.append(Span("not in this run", "muted"))
                         continue
                     sd, n = night_sd(pts, metric)
-                    cell = with_spread(metric, last, sd, n)
+                    cell = [with_spread(metric, last, sd, n)]
                     if last.status != "ok":
-                        cell += f' <span class="bad">{esc(last.status)}</span>'
+                        cell += [" ", Span(last.status, "bad")]
                     if any(f.metric == metric for f in last.regressions):
-                        cell += ' <span class="bad">regression</span>'
-                    row.append(cell)
+                        cell += [" ", Span("regression", "bad")]
+                    row.append(tuple(cell))
                 rows.append(row)
-            body += [f"<h3>{esc(metric_label(metric))}</h3>", table(["cell", *heads], rows, num=range(1, len(heads) + 1))]
-    return page(view.name, "\n".join(body), 2)
+            tables.append((metric_label(metric), table(["cell", *heads], rows, num=range(1, len(heads) + 1))))
+        shown.append(dict(label=group.label, apart=_apart(group, groups), tables=tables,
+                          missing=[metric_label(k) for k in missing], no_mfu="mfu" in empty))
+    return render("scenario.html.j2", title=view.name, root=href(2, ""), cells=len(view.cells), groups=shown)
 
 
 def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> str:
     groups = view.groups()
     axes = view.axes.get(cell_id, {})
-    body = [f"<p>Cell <code>{esc(cell_id)}</code> of {link('index.html', view.name)}: "
-            + esc(", ".join(f"{k}={v}" for k, v in axes.items())) + "</p>",
-            "<p>Shaded bars: where an unchanged run was expected to fall, from the machine's earlier runs (drawn "
-            "once it has 5); red rings: runs <code>suite compare</code> flagged as a regression against them; amber "
-            "rings: timing past the threshold before there was a noise estimate (compare flags those too, saying "
-            "so).  Every point links to its run's manifest.</p>"]
+    shown = []
     for group in groups:
         machines = [m for m in view.machines if m.machine.group == group and cell_id in m.points]
         if not machines:
             continue
-        body += [f"<h2>{esc(group.label)}</h2>", _apart(group, groups),
-                 f'<figure class="trend">{figures[group]}</figure>']
         pts = sorted(((m, p) for m in machines for p in m.points[cell_id]),
                      key=lambda mp: mp[1].run.manifest.created_at, reverse=True)
         digests = any(p.run.manifest.container_image_digest for _, p in pts)  # the column only when containers ran
-        shown = [k for k in TABLE_METRICS if any(p.values.get(k) is not None for _, p in pts)]
+        shown_metrics = [k for k in TABLE_METRICS if any(p.values.get(k) is not None for _, p in pts)]
         targets = any(p.target for _, p in pts)  # the column only when some run had a target to reach
         states = any(p.machine for _, p in pts)  # the column only when some run recorded its machine's state
-        rows = [[esc(when(p.run.manifest)), esc(m.machine.label),
+        rows = [[when(p.run.manifest), m.machine.label,
                  link(href(2, run_path(p.run_key)), p.run.manifest.run_id.split("_")[0]),
-                 esc((p.run.manifest.git_commit or "-")[:7]),
-                 *([esc((p.run.manifest.container_image_digest or "-")[:19])] if digests else []), esc(p.status),
-                 *[with_spread(k, p, quiet=True) for k in shown], *([target_text(p.target)] if targets else []),
-                 f'<span class="verdict">{verdict_text(p)}</span>' + _env_note(p),
-                 *([esc(p.machine or "not recorded")] if states else [])]
+                 (p.run.manifest.git_commit or "-")[:7],
+                 *([(p.run.manifest.container_image_digest or "-")[:19]] if digests else []), p.status,
+                 *[with_spread(k, p, quiet=True) for k in shown_metrics], *([target_text(p.target)] if targets else []),
+                 (Span(verdict_text(p), "verdict"), *_env_note(p)),
+                 *([p.machine or "not recorded"] if states else [])]
                 for m, p in pts]
         first = 6 if digests else 5  # where the numbers start; the verdict is last but the machine state (wrapped)
-        verdict_at = first + len(shown) + targets
-        body.append(table(["when (UTC)", "machine", "run", "commit", *(["image digest"] if digests else []), "status",
-                           *[metric_label(k) for k in shown], *(["time to target"] if targets else []), "verdict",
-                           *(["machine state"] if states else [])],
-                          rows, num=range(first, first + len(shown)),
-                          wrap=(verdict_at, verdict_at + 1) if states else (verdict_at,),
-                          row_classes=["regression" if p.regressions else "" for _, p in pts]))
-    return page(f"{view.name}: {view.cells.get(cell_id, cell_id)}", "\n".join(body), 2)
+        verdict_at = first + len(shown_metrics) + targets
+        shown.append(dict(
+            label=group.label, apart=_apart(group, groups),
+            figure=trusted(figures[group]),  # inline SVG drawn by matplotlib (trend.py), not text from results
+            table=table(["when (UTC)", "machine", "run", "commit", *(["image digest"] if digests else []), "status",
+                         *[metric_label(k) for k in shown_metrics], *(["time to target"] if targets else []),
+                         "verdict", *(["machine state"] if states else [])],
+                        rows, num=range(first, first + len(shown_metrics)),
+                        wrap=(verdict_at, verdict_at + 1) if states else (verdict_at,),
+                        row_classes=["regression" if p.regressions else "" for _, p in pts])))
+    return render("cell.html.j2", title=f"{view.name}: {view.cells.get(cell_id, cell_id)}", root=href(2, ""),
+                  cell_id=cell_id, scenario=view.name, axes=", ".join(f"{k}={v}" for k, v in axes.items()),
+                  groups=shown)
 
 
 MANIFEST_FIELDS = ("run_id", "scenario", "created_at", "hostname", "suite_version", "git_commit", "git_dirty",
@@ -228,7 +210,7 @@ MANIFEST_FIELDS = ("run_id", "scenario", "created_at", "hostname", "suite_versio
 
 def run_html(key: str, run: Run, view: ScenarioView) -> str:
     m = run.manifest
-    info = [[esc(f), esc(getattr(m, f))] for f in MANIFEST_FIELDS]
+    info = [[f, str(getattr(m, f))] for f in MANIFEST_FIELDS]
     cells = {}
     for r in run.results:
         cells.setdefault(r.cell_id, []).append(r)
@@ -242,18 +224,16 @@ def run_html(key: str, run: Run, view: ScenarioView) -> str:
     rows = []
     for cid, results in order:
         p = points[cid]
-        rows.append([link(href(1, cell_path(view, cid)), view.cells.get(cid, cid)), esc(results[0].status),
-                     str(len(results)), *[esc(number(k, p.values.get(k) if p else None)) for k in shown],
+        rows.append([link(href(1, cell_path(view, cid)), view.cells.get(cid, cid)), results[0].status,
+                     str(len(results)), *[number(k, p.values.get(k) if p else None) for k in shown],
                      *([target_text(p.target if p else None)] if targets else []), verdict_text(p) if p else "-"])
     env = next((p.env for mr in view.machines for pts in mr.points.values() for p in pts if p.run_key == key), [])
-    body = [f"<p>{link(href(1, scenario_path(view)), view.name)} · the manifest as JSON: "
-            f"{link(f'{key}.json', f'{key}.json')}</p>",
-            *([f'<p class="suspect">The environment differs from the machine\'s earlier runs: {esc("; ".join(env))}'
-               "</p>"] if env else []), '<h2 id="manifest">Manifest</h2>',
-            table(["field", "value"], info, wrap=(1,)), "<h2>Cells</h2>",
-            table(["cell", "status", "repeats", *[metric_label(k) for k in shown],
-                   *(["time to target"] if targets else []), "verdict"], rows, num=range(2, 3 + len(shown)))]
-    return page(f"run {m.scenario}/{m.run_id} on {m.hostname}", "\n".join(body), 1)
+    return render("run.html.j2", title=f"run {m.scenario}/{m.run_id} on {m.hostname}", root=href(1, ""), key=key,
+                  scenario=view.name, scenario_url=href(1, scenario_path(view)), env=env,
+                  manifest=table(["field", "value"], info, wrap=(1,)),
+                  cells=table(["cell", "status", "repeats", *[metric_label(k) for k in shown],
+                               *(["time to target"] if targets else []), "verdict"], rows,
+                              num=range(2, 3 + len(shown))))
 
 
 __all__ = ["index_html", "scenario_html", "cell_html", "run_html", "flagged", "METRICS"]

@@ -5,6 +5,11 @@ on the window's load event it writes what the browser actually got (tables, rows
 naturalHeight) into the DOM, and `--dump-dom` hands the DOM back.  A zero natural size means the browser could
 not decode the image.  A screenshot of the report itself (no probe) must be a real, non-blank picture.
 Without a Chromium binary the test skips, except under CI (CI set), where a missing browser is a failure.
+
+A page must also fit a 1400x900 window (`check_fits`, used by test_site_browser.py too): nothing makes the page
+wider than the window, every table, figure, SVG and image is at most as wide (one inside a sideways-scrolling
+box counts as that box, which must be `max-width: 100%; overflow-x: auto`), the main tables need no sideways
+scrolling at all, every SVG and image is drawn, and every relative link resolves to a file.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -43,6 +49,78 @@ window.addEventListener("load", () => {
   document.body.appendChild(pre);
 });
 </script>"""
+
+
+WINDOW = (1400, 900)
+FIT_PROBE = """<script>
+window.addEventListener("load", () => {
+  const W = window.innerWidth;
+  const scroller = e => {  // the nearest box that scrolls sideways: it, not what it holds, takes page width
+    for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) {
+      if (["auto", "scroll"].includes(getComputedStyle(p).overflowX)) return p;
+    }
+    return null;
+  };
+  const name = e => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")
+    + (typeof e.className === "string" && e.className ? "." + e.className.trim().split(/\\s+/).join(".") : "");
+  const width = e => (scroller(e) || e).getBoundingClientRect().width;
+  const all = s => Array.from(document.querySelectorAll(s));
+  const probe = {
+    window: [W, window.innerHeight],
+    scroll_width: document.scrollingElement.scrollWidth,
+    measured: all("table, figure, svg, img").length,
+    too_wide: all("table, figure, svg, img").filter(e => width(e) > W).map(e => [name(e), width(e)]),
+    boxes: all("body *").filter(e => ["auto", "scroll"].includes(getComputedStyle(e).overflowX))
+      .map(e => [name(e), getComputedStyle(e).maxWidth, getComputedStyle(e).overflowX]),
+    scrolled: all(MAIN).filter(t => { const b = scroller(t); return b && b.scrollWidth > b.clientWidth; })
+      .map(t => [name(t), t.getBoundingClientRect().width]),
+    main: all(MAIN).length,
+    drawn: all("svg, img").length,
+    undrawn: all("svg, img").filter(e => { const r = e.getBoundingClientRect();
+      return !(r.width > 0 && r.height > 0) || (e.tagName === "IMG" && !(e.complete && e.naturalWidth > 0)); })
+      .map(name),
+    links: all("a[href]").map(a => a.getAttribute("href")),
+    ids: all("[id]").map(e => e.id),
+  };
+  const pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.textContent = JSON.stringify(probe);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def check_fits(page: Path, tmp: Path, main: str, root: Path | None = None) -> dict:
+    """Load `page` in a 1400x900 window and check that it fits (module docstring); `main`: a CSS selector of the
+    tables that must fit without scrolling sideways; links must resolve inside `root` (default: the page's
+    folder).  Returns the probe."""
+    copy = page.with_name(page.stem + ".fit.html")  # beside the page: its relative links still resolve
+    copy.write_text(page.read_text().replace("</body>", FIT_PROBE.replace("MAIN", json.dumps(main)) + "</body>"))
+    try:
+        dom = run_chromium(chromium(), tmp, f"--window-size={WINDOW[0]},{WINDOW[1]}", "--virtual-time-budget=10000",
+                           "--dump-dom", copy.as_uri())
+    finally:
+        copy.unlink()
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dom.stdout, re.S)
+    assert found, f"the probe did not run on {page}; chromium exit {dom.returncode}: {dom.stderr[-2000:]}"
+    got = json.loads(html.unescape(found.group(1)))
+    assert got["window"][0] == WINDOW[0], got["window"]  # the width is what is checked
+    assert got["scroll_width"] <= WINDOW[0], f"{page.name} is {got['scroll_width']} px wide"
+    assert got["measured"] > 0 and not got["too_wide"], f"{page.name}: wider than the window: {got['too_wide']}"
+    assert all(w == "100%" and x == "auto" for _, w, x in got["boxes"]), got["boxes"]
+    assert got["main"] > 0 and not got["scrolled"], f"{page.name}: scrolls sideways at 1400 px: {got['scrolled']}"
+    assert not got["undrawn"], f"{page.name}: not drawn: {got['undrawn']}"
+    root = (root or page.parent).resolve()
+    for url in got["links"]:
+        parts = urlsplit(url)
+        if parts.scheme or parts.netloc:
+            continue
+        if not parts.path:
+            assert parts.fragment in got["ids"], f"{page.name}: {url} names no element"
+            continue
+        target = (page.parent / unquote(parts.path)).resolve()
+        assert target.is_file() and (target == root or root in target.parents), f"{page.name}: {url} -> 404"
+    return got
 
 
 def chromium() -> str:
@@ -109,3 +187,16 @@ def test_smoke_baseline_report_renders_in_chromium(tmp_path):
     runs = sorted(SMOKE_BASELINE.glob("*/manifest.json"))
     assert runs, f"no committed smoke baseline under {SMOKE_BASELINE}"
     check_report_in_browser(runs[-1].parent, tmp_path, expect_rows=4)
+
+
+def test_smoke_baseline_report_fits_a_1400_window(tmp_path):
+    """The report of the whole committed smoke baseline (5 runs, 20 rows: the run column too) fits 1400x900:
+    its cells tables (speed; memory and convergence) need no sideways scrolling, its plots are drawn."""
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "suite", "report", str(SMOKE_BASELINE), "--format", "html", "--out",
+                           str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    page = (out / "report.html").read_text()
+    assert page.count('<table class="cells">') == page.count('<table class="cells-memory">') == 1
+    got = check_fits(out / "report.html", tmp_path, "table.cells, table.cells-memory, table.runs")
+    assert got["main"] == 3 and got["drawn"] >= 3

@@ -6,6 +6,7 @@ relabelled as other machines).  Each page gets a probe script (as in test_report
 what the browser drew: every <img> decoded, every inline <svg> with a non-empty box and drawn paths, the
 stylesheet applied, the red rings of regressions with a non-empty box, and every link.  Each link must
 resolve to a file inside the site (or an element of the page): no 404 when the site is served statically.
+The index and the slowed cell's page must fit a 1400x900 window (test_report_browser.check_fits).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from site_fixtures import SLOW_CELL, make_nights  # noqa: E402
-from test_report_browser import ROOT, chromium, run_chromium  # noqa: E402
+from test_report_browser import ROOT, check_fits, chromium, run_chromium  # noqa: E402
 
 pytestmark = pytest.mark.slow
 PROBE = """<script>
@@ -120,3 +121,12 @@ def test_cell_page_marks_the_slow_night_on_its_trend(site, tmp_path):
 
     pixels = imread(shot)
     assert pixels.shape[:2] == (1600, 1280) and pixels[..., :3].std() > 0.05
+
+
+@pytest.mark.parametrize("rel,main", [("index.html", "table"), (f"s/smoke/cell-{SLOW_CELL}.html", "table")])
+def test_pages_fit_a_1400_window(site, tmp_path, rel, main):
+    """No table of the index or of a cell page scrolls sideways at 1400 px; the cell page's trends are drawn."""
+    got = check_fits(site / rel, tmp_path, main, root=site)
+    assert got["links"]
+    if rel != "index.html":
+        assert got["drawn"] == 3  # one trend per group

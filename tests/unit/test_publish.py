@@ -174,6 +174,21 @@ def test_publish_without_matplotlib_is_a_clean_error(cli, nights, tmp_path, monk
     assert not (tmp_path / "site").exists() or not any((tmp_path / "site").iterdir())  # nothing half-written
 
 
+def test_publish_without_jinja2_is_a_clean_error(cli, nights, tmp_path, monkeypatch):
+    from suite.report import templating
+
+    monkeypatch.setitem(sys.modules, "jinja2", None)  # import jinja2 -> ImportError
+    for cached in (templating.environment, templating.template):
+        cached.cache_clear()
+    try:
+        res = cli("publish", nights["c"], "--out", tmp_path / "site")
+        assert res.exit_code == 2 and "pip install jinja2" in res.output, res.output
+        assert not (tmp_path / "site").exists() or not any((tmp_path / "site").iterdir())  # nothing half-written
+    finally:
+        for cached in (templating.environment, templating.template):
+            cached.cache_clear()
+
+
 def test_a_damaged_or_foreign_site_is_refused(cli, nights, tmp_path):
     out = tmp_path / "site"
     publish([nights["c"]], out)

@@ -170,6 +170,25 @@ def test_missing_matplotlib_names_the_extra(cli, tmp_path, monkeypatch):
     assert result.exit_code == 2 and "suite[report]" in result.stderr
 
 
+def test_missing_jinja2_names_what_to_install(cli, tmp_path, monkeypatch):
+    """The HTML report's templates need Jinja2 (torch brings it): without it, exit 2 saying so, and nothing
+    written; Markdown still works."""
+    from suite.report import templating
+
+    monkeypatch.setitem(sys.modules, "jinja2", None)  # import jinja2 -> ImportError
+    for cached in (templating.environment, templating.template):
+        cached.cache_clear()
+    try:
+        run = zero_sweep(tmp_path)
+        result = cli("report", run, "--format", "html", "--out", tmp_path / "o")
+        assert result.exit_code == 2 and "pip install jinja2" in result.stderr, result.stderr
+        assert not (tmp_path / "o" / "report.html").exists()
+        assert cli("report", run, "--format", "md").exit_code == 0
+    finally:
+        for cached in (templating.environment, templating.template):
+            cached.cache_clear()
+
+
 def test_report_compare_export_never_import_torch(tmp_path):
     run = zero_sweep(tmp_path)
     code = f"""

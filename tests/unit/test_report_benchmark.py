@@ -17,6 +17,7 @@ import pytest
 from report_fixtures import make_cells, make_manifest, make_result, write_run
 
 from suite.report.markdown import report_markdown
+from suite.testing import report_speed
 from suite.report.pivots import pivots
 from suite.report.render import to_csv
 from suite.report.tables import cell_rows
@@ -65,27 +66,16 @@ def test_load_10000_cell_files(benchmark, runs, tmp_path_factory):
     assert sum(len(r.results) for r in loaded) == 10_000
 
 
-# The commands as a user runs them, on 10,000 stored cells: 25 nightly runs x 400 cells (issue 35's measure:
-# `suite report` Markdown and HTML, and `compare` of the 24 older nights against the newest, each <= 5 s on the
-# 2-core development machine when it is otherwise idle).  A separate process each time (its start-up counts).
-# scripts/report-speed runs these with the clock shown; the caps here only catch a blow-up on a busy CI machine.
-NIGHTLY = dict(model=["gpt-tiny", "llama-tiny"], seq_len=[32, 64, 96, 128, 256], strategy=["ddp", "zero1", "zero2",
-               "zero3"], activation_checkpointing=["none", "selective", "full", "every-2", "every-4"], gpus=[1, 2],
-               precision="fp32", global_batch_size=64, micro_batch_size=4)
+# The commands as a user runs them, on 10,000 stored cells (suite/testing/report_speed.py: 25 nightly runs x 400
+# cells; issue 35's measure is each <= 5 s on the idle 2-core development machine, scripts/report-speed).  A
+# separate process each time (its start-up counts).  The caps here only catch a blow-up on a busy CI machine.
 CLI_CAP_S = 60
-ROUNDS = int(os.environ.get("SUITE_BENCH_ROUNDS", "1"))  # scripts/report-speed asks for more
+ROUNDS = int(os.environ.get("SUITE_BENCH_ROUNDS", "1"))
 
 
 @pytest.fixture(scope="module")
 def nightly_tree(tmp_path_factory) -> Path:
-    """<root>/base/sweep/<24 runs> and <root>/current/sweep/<1 run>: 10,000 cell files on disk."""
-    root = tmp_path_factory.mktemp("nightly")
-    cells = make_cells(**NIGHTLY)
-    assert len(cells) == 400
-    results = [make_result(c, step_time_s=0.05 * c.seq_len / 64 / c.gpus) for c in cells]
-    for n in range(1, 26):
-        write_run(root / ("current" if n == 25 else "base"), make_manifest("sweep", n), results)
-    return root
+    return report_speed.nightly_tree(tmp_path_factory.mktemp("nightly"))
 
 
 def suite_cli(*args: object) -> subprocess.CompletedProcess[str]:

@@ -205,3 +205,27 @@ print("torch" in sys.modules)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_html_marks_the_best_the_worst_and_missed_predictions(cli, tmp_path):
+    from suite.report.html import PREDICTION_TOLERANCE, marks
+    from suite.report.tables import display_columns
+
+    ddp, zero1, zero3 = make_cells(strategy=["ddp", "zero1", "zero3"])
+    results = [make_result(ddp, step_time_s=0.1, noise=0.0, memory="states"),  # counted states x 1.05: within
+               make_result(zero1, step_time_s=0.2, noise=0.0, memory="states"),
+               make_result(zero3, step_time_s=0.3, noise=0.0, memory="states",
+                           memory_scale=1.0 + 3 * PREDICTION_TOLERANCE)]
+    run = write_run(tmp_path / "r", make_manifest(), results)
+    rows = cell_rows(load_runs([run]))
+    columns = display_columns(rows)
+    got = marks(rows, columns)
+    key = {c.key: j for j, c in enumerate(columns)}
+    by = {r.get("strategy"): i for i, r in enumerate(rows)}
+    assert got[by["ddp"]][key["step_median_ms"]] == "best" and got[by["zero3"]][key["step_median_ms"]] == "worst"
+    assert key["step_median_ms"] not in got.get(by["zero1"], {})  # neither best nor worst
+    assert got[by["ddp"]][key["tokens_per_s_per_device"]] == "best"
+    assert got[by["zero3"]][key["memory_ratio"]] == "miss" and key["memory_ratio"] not in got.get(by["ddp"], {})
+    assert cli("report", run, "--format", "html", "--out", tmp_path / "o").exit_code == 0
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert page.count('class="best"') >= 2 and 'class="worst"' in page and 'class="miss"' in page

@@ -97,6 +97,7 @@ def index_html(views: list[ScenarioView], history: int = 10) -> str:
     every = flagged(views)
     latest_keys = {m.latest[0] for v in views for m in v.machines}
     recent = [x for x in every if x[2].run_key in latest_keys]
+    earlier = [x for x in every if x[2].run_key not in latest_keys]  # the latest runs' rows are listed above
     suspects = [x for x in flagged(views, "suspects") if x[2].run_key in latest_keys]
     return render("index.html.j2", title="suite results", root=href(0, ""), history=history, scenarios=len(views),
                   runs=sum(len(m.runs) for v in views for m in v.machines),
@@ -105,7 +106,8 @@ def index_html(views: list[ScenarioView], history: int = 10) -> str:
                                 "commit", "statuses", "verdicts vs. earlier runs"], rows, num=(3,), wrap=(8,)),
                   recent=table(FLAG_HEADER, _flag_rows(recent), **FLAG_COLUMNS),
                   suspects=table(FLAG_HEADER, _flag_rows(suspects), **FLAG_COLUMNS),
-                  every=table(FLAG_HEADER, _flag_rows(every[:MAX_FLAGGED]), **FLAG_COLUMNS), flagged=len(every))
+                  every=table(FLAG_HEADER, _flag_rows(earlier[:MAX_FLAGGED]), **FLAG_COLUMNS), flagged=len(every),
+                  earlier=len(earlier))
 
 
 def _env_note(p: Point) -> tuple:

@@ -18,6 +18,7 @@ from suite.publish.series import (HELD_OUT, METRICS, VERDICTS, Group, MachineRun
 from suite import stats
 from suite.compare.comparison import Finding
 from suite.report.templating import trusted
+from suite.results.env import cuda_text, device_text
 from suite.results.reader import Run
 
 TABLE_METRICS = ("step_time", "tokens_per_s", "mfu", "peak_memory", "final_loss", "eval_loss", "accuracy")
@@ -212,7 +213,8 @@ MANIFEST_FIELDS = ("run_id", "scenario", "created_at", "hostname", "suite_versio
 
 def run_html(key: str, run: Run, view: ScenarioView) -> str:
     m = run.manifest
-    info = [[f, str(getattr(m, f))] for f in MANIFEST_FIELDS]
+    info = [["ran on", device_text(m)],
+            *([f, cuda_text(m) if f == "cuda" else str(getattr(m, f))] for f in MANIFEST_FIELDS)]
     cells = {}
     for r in run.results:
         cells.setdefault(r.cell_id, []).append(r)

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 from suite import axes, stats
 from suite.axes import AXES, AXIS_HEADERS, varying_axes
 from suite.compat import PINNED_TORCH, is_pinned
+from suite.results.env import cuda_text, device_text
 from suite.results.memory import measured_memory, memory_parts, states_bytes
 from suite.results.reader import Run
 from suite.results.schema import Axes, CellResult
@@ -302,8 +303,8 @@ def run_table(runs: list[Run]) -> list[list[str]]:
     for run in runs:
         m = run.manifest
         commit = (m.git_commit or "-")[:7] + ("+dirty" if m.git_dirty else "")
-        devices = f"{m.device_count} x {m.devices[0]}" if m.devices else m.cpu_model
+        devices = device_text(m)
         digest = (m.container_image_digest or "-")[:19]
         torch = (m.torch + ("" if is_pinned(m.torch) else f" (not the pinned {PINNED_TORCH})")) if m.torch else "-"
-        out.append([run.label, m.created_at, commit, devices, torch, m.cuda or "-", m.nccl or "-", digest, m.hostname])
+        out.append([run.label, m.created_at, commit, devices, torch, cuda_text(m), m.nccl or "-", digest, m.hostname])
     return out

@@ -107,6 +107,24 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def device_text(m: Manifest) -> str:
+    """What a run's cells ran on, as a person reads it: "2 x NVIDIA H200 (CUDA 13.0, driver 580.1)", or
+    "CPU: AMD EPYC ..." (a CPU run's manifest still names the CUDA its torch was built for: not what ran)."""
+    if not m.devices:
+        return f"CPU: {m.cpu_model}"
+    kinds = sorted(set(m.devices))
+    what = ", ".join(f"{m.devices.count(k)} x {k}" for k in kinds)
+    facts = [f"CUDA {m.cuda}" if m.cuda else None, f"driver {m.driver}" if m.driver else None]
+    return what + (f" ({', '.join(f for f in facts if f)})" if any(facts) else "")
+
+
+def cuda_text(m: Manifest) -> str:
+    """The manifest's CUDA version, saying when no GPU used it (a CPU run of a CUDA build of torch)."""
+    if not m.cuda:
+        return "-"
+    return m.cuda if m.devices else f"{m.cuda} (the torch build's; no GPU used)"
+
+
 def packages_digest() -> tuple[str, int]:
     """(digest, count) of the installed Python distributions: sha256 of their sorted `name==version` lines, the
     first 16 hex digits.  Two builds a month apart that installed `>= x` requirements differ here even when

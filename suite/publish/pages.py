@@ -183,7 +183,9 @@ def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> st
         targets = any(p.target for _, p in pts)  # the column only when some run had a target to reach
         states = any(p.machine for _, p in pts)  # the column only when some run recorded its machine's state
         rows = [[when(p.run.manifest), m.machine.label,
-                 link(href(2, run_path(p.run_key)), p.run.manifest.run_id.split("_")[0]),
+                 # the run's number alone repeats across results folders (each counts from 0001): with its
+                 # page's key it is unique on the site
+                 link(href(2, run_path(p.run_key)), f"{p.run.manifest.run_id.split('_')[0]} · {p.run_key[:6]}"),
                  (p.run.manifest.git_commit or "-")[:7],
                  *([(p.run.manifest.container_image_digest or "-")[:19]] if digests else []), p.status,
                  *[with_spread(k, p, quiet=True) for k in shown_metrics], *([target_text(p.target)] if targets else []),

@@ -288,3 +288,15 @@ def test_text_from_results_is_escaped(nights, tmp_path):
         assert "<script>" not in text, page
     shown = "".join(pages.values())
     assert shown.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 5  # shown, as text: host, scenario, image, ...
+
+
+def test_runs_numbered_alike_in_two_folders_get_distinct_labels(cli, tmp_path):
+    from report_fixtures import make_cells, make_manifest, make_result, write_run
+
+    cell = make_cells()[0]
+    for folder, day in (("a", "2025-01-01T00:00:00Z"), ("b", "2025-01-02T00:00:00Z")):  # both number their run 0001
+        write_run(tmp_path / "results" / folder, make_manifest(run_no=1, created_at=day), [make_result(cell)])
+    assert cli("publish", tmp_path / "results", "--out", tmp_path / "site").exit_code == 0
+    page = (tmp_path / "site" / "s" / "fixture" / f"cell-{cell.id}.html").read_text()
+    labels = re.findall(r'<a href="\.\./\.\./runs/[^"]+">(0001[^<]*)</a>', page)
+    assert len(labels) == 2 and len(set(labels)) == 2, labels

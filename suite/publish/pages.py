@@ -21,7 +21,8 @@ from suite.report.templating import trusted
 from suite.results.env import cuda_text, device_text
 from suite.results.reader import Run
 
-TABLE_METRICS = ("step_time", "tokens_per_s", "mfu", "peak_memory", "final_loss", "eval_loss", "accuracy")
+TABLE_METRICS = ("step_time", "tokens_per_s", "mfu", "peak_memory", "predicted_memory", "final_loss", "eval_loss",
+                 "accuracy")
 MAX_FLAGGED = 100  # rows of the index's "every flagged run" table (index.json holds them all)
 
 

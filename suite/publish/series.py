@@ -24,14 +24,18 @@ from suite.compare.checks import Side, StepTimeCheck, TokensPerSCheck
 from suite.compare.comparison import Finding, compare, describe, device_kind, varying
 from suite.machine.policy import describe as describe_machine
 from suite.report.tables import fold_status
+from suite.results.memory import measured_memory
 from suite.results.reader import Run
 from suite.results.schema import CellResult, Manifest, TimeToTarget
 
 VERDICTS = ("regression", "improvement", "unchanged", "inconclusive", "skipped", "machine-differs")
 # metric -> (label, unit) as the pages and the trend show it; the timing ones carry compare's noise band
 METRICS = {"step_time": ("step time", "ms"), "tokens_per_s": ("tokens/s", ""), "mfu": ("MFU", "%"),
-           "peak_memory": ("peak memory", "MiB"), "final_loss": ("final loss", ""),
+           "peak_memory": ("peak memory", "MiB"), "predicted_memory": ("predicted memory", "MiB"),
+           "final_loss": ("final loss", ""),
            "eval_loss": ("held-out loss", ""), "accuracy": ("accuracy", "%")}
+# in the tables only, beside what was measured (a prediction does not change night to night: no trend panel)
+TABLE_ONLY = ("predicted_memory",)
 # the held-out metrics (scenario `eval:`): shown where some point has a value, never listed as missing, so the
 # pages of runs without `eval:` look as they did before these existed
 HELD_OUT = ("eval_loss", "accuracy")
@@ -127,6 +131,8 @@ def point(key: str, run: Run, results: list[CellResult], findings: list[Finding]
               "tokens_per_s": stats.median(tok) if tok else None,
               "mfu": stats.median(mfu) * 100 if mfu else None,
               "peak_memory": peak / 2**20 if peak is not None else None,
+              # the prediction for the same scope as the measured peak (suite/results/memory.py: like for like)
+              "predicted_memory": predicted / 2**20 if (predicted := measured_memory(results[0])[1]) else None,
               "final_loss": loss if loss is not None and math.isfinite(loss) else None,
               # the last held-out evaluation, the median over repeats (compare's EvalLossCheck / AccuracyCheck)
               "eval_loss": side.last_eval("loss"), "accuracy": _pct(side.last_eval("accuracy"))}

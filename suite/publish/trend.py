@@ -19,7 +19,7 @@ import math
 import re
 from typing import Callable
 
-from suite.publish.series import METRICS, Point
+from suite.publish.series import METRICS, TABLE_ONLY, Point
 from suite.report.figure import figure as _figure
 
 COLORS = ("#4c72b0", "#dd8452", "#55a868", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974")
@@ -98,7 +98,8 @@ def _draw(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], pr
         return order[p.run_key]
 
     # a panel per metric with a value (MFU needs the device's peak FLOPs: none on CPUs); at least one
-    shown = [m for m in METRICS if any(p.values.get(m) is not None for _, pts in lines for p in pts)] or ["step_time"]
+    shown = [m for m in METRICS if m not in TABLE_ONLY
+             and any(p.values.get(m) is not None for _, pts in lines for p in pts)] or ["step_time"]
     height = 1.5 * len(shown) + 1.0
     fig = _figure(9.5, height, layout=None)  # fixed margins: constrained layout would cost half the time
     axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]

@@ -300,3 +300,11 @@ def test_runs_numbered_alike_in_two_folders_get_distinct_labels(cli, tmp_path):
     page = (tmp_path / "site" / "s" / "fixture" / f"cell-{cell.id}.html").read_text()
     labels = re.findall(r'<a href="\.\./\.\./runs/[^"]+">(0001[^<]*)</a>', page)
     assert len(labels) == 2 and len(set(labels)) == 2, labels
+
+
+def test_cell_pages_show_predicted_beside_measured_memory(site):
+    doc = index(site)
+    point = next(p for s in doc["series"] for p in s["points"] if p["values"].get("peak_memory"))
+    assert point["values"]["predicted_memory"] > 0
+    page = next((site / "s").rglob("cell-*.html")).read_text()
+    assert "predicted memory (MiB)" in page and "peak memory (MiB)" in page

@@ -16,10 +16,15 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import multiprocessing
+import os
 import time
 import urllib.parse
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from suite import __version__
 from suite.publish import pages, state as site_state
@@ -91,8 +96,45 @@ class _Writer:
         self.state.pages[rel] = digest
         self.result.rendered.append(rel)
 
+    def current(self, rel: str, digest: str) -> bool:
+        """Whether `rel` was rendered from this digest already (put() would leave it as it is)."""
+        return self.state.pages.get(rel) == digest and (self.site / rel).is_file()
+
     def text(self, rel: str, text: str) -> None:
         self.put(rel, _digest(text), lambda: text)
+
+
+# From this many cell pages on, they are rendered by one forked process per CPU: a page's trend figures
+# (matplotlib, ~0.1 s a page) are nearly all of a night's publishing time, and each page is independent.
+PARALLEL_PAGES = 40
+_PAGES: list[tuple[ScenarioView, str]] = []  # what the forked workers render (inherited: nothing is pickled)
+
+
+def _cell_page(i: int) -> str:
+    view, cell_id = _PAGES[i]
+    return pages.cell_html(view, cell_id, _figures(view, cell_id))
+
+
+def _cell_pages(todo: list[tuple[ScenarioView, str]]) -> Iterator[str]:
+    """The cell pages of `todo`, in order: here, or (many pages, several CPUs, fork) by a pool of forked
+    workers, each page's HTML sent back as text.  A worker that dies (killed, out of memory) is a
+    BrokenProcessPool: the pages it did not return are rendered here instead."""
+    global _PAGES
+    cpus = os.cpu_count() or 1
+    if len(todo) < PARALLEL_PAGES or cpus < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        yield from (pages.cell_html(v, c, _figures(v, c)) for v, c in todo)
+        return
+    _PAGES = todo
+    done = 0
+    try:
+        with ProcessPoolExecutor(max_workers=cpus, mp_context=multiprocessing.get_context("fork")) as pool:
+            for html in pool.map(_cell_page, range(len(todo)), chunksize=8):
+                done += 1
+                yield html
+    except BrokenProcessPool:
+        yield from (pages.cell_html(v, c, _figures(v, c)) for v, c in todo[done:])
+    finally:
+        _PAGES = []
 
 
 def _figures(view: ScenarioView, cell_id: str) -> dict[Group, str]:
@@ -195,11 +237,13 @@ def publish(paths: list[Path], site: Path, history: int = 10, base_url: str | No
     for key, run in runs.items():
         w.text(f"runs/{key}.json", json.dumps(run.manifest.model_dump(mode="json"), indent=1) + "\n")
         w.text(pages.run_path(key), pages.run_html(key, run, by_key[key]))
+    cells = []
     for view in views:
         w.text(pages.scenario_path(view), pages.scenario_html(view))
-        for cell_id in view.cells:
-            w.put(pages.cell_path(view, cell_id), _digest(_cell_data(view, cell_id)),
-                  lambda v=view, c=cell_id: pages.cell_html(v, c, _figures(v, c)))
+        cells += [(view, cell_id, _digest(_cell_data(view, cell_id))) for cell_id in view.cells]
+    stale = [(v, c, d) for v, c, d in cells if not w.current(pages.cell_path(v, c), d)]
+    for (view, cell_id, digest), html in zip(stale, _cell_pages([(v, c) for v, c, _ in stale])):
+        w.put(pages.cell_path(view, cell_id), digest, lambda html=html: html)
     w.text("index.html", pages.index_html(views, history))
     w.text("summary.md", summary_md(views, set(added), base_url))
     result.regressions = sum(1 for x in pages.flagged(views) if x[2].run_key in added)

@@ -308,3 +308,23 @@ def test_cell_pages_show_predicted_beside_measured_memory(site):
     assert point["values"]["predicted_memory"] > 0
     page = next((site / "s").rglob("cell-*.html")).read_text()
     assert "predicted memory (MiB)" in page and "peak memory (MiB)" in page
+
+
+def test_many_cell_pages_render_in_forked_workers_exactly_as_here(tmp_path, monkeypatch):
+    from report_fixtures import make_cells, make_manifest, make_result, write_run
+
+    from suite.publish import command
+
+    cells = make_cells(strategy=["ddp", "zero1", "zero2", "zero3"], seq_len=[16, 32, 48, 64, 80, 96],
+                       activation_checkpointing=["none", "full"])
+    assert len(cells) >= command.PARALLEL_PAGES
+    for n in (1, 2):
+        write_run(tmp_path / "results", make_manifest(run_no=n), [make_result(c, seed=n) for c in cells])
+    forked = command.publish([tmp_path / "results"], tmp_path / "forked")
+    monkeypatch.setattr(command, "PARALLEL_PAGES", 10**9)  # every page here, in this process
+    here = command.publish([tmp_path / "results"], tmp_path / "here")
+    assert sorted(forked.rendered) == sorted(here.rendered)
+    pages = sorted(p.relative_to(tmp_path / "here") for p in (tmp_path / "here").rglob("cell-*.html"))
+    assert len(pages) == len(cells)
+    for rel in pages:
+        assert (tmp_path / "forked" / rel).read_bytes() == (tmp_path / "here" / rel).read_bytes(), rel

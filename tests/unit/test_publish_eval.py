@@ -166,7 +166,7 @@ def test_a_site_without_eval_shows_none_of_it(plain):
             assert word not in text, f"{rel} shows {word!r}"
     scenario = pages["s/smoke/index.html"]
     assert '<p class="muted">No values of MFU (%) (MFU needs' in scenario  # the note as it was
-    assert re.findall(r"<h3>([^<]*)</h3>", scenario) == ["step time (ms)", "tokens/s", "peak memory (MiB)",
+    assert re.findall(r"<h3>([^<]*)</h3>", scenario) == ["step time (ms)", "tokens/s", "peak memory (MiB)", "predicted memory (MiB)",
                                                          "final loss"]
     doc = json.loads((plain / "index.json").read_text())
     assert all(p["values"]["eval_loss"] is None and p["time_to_target"] is None

@@ -27,6 +27,15 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 # Activation checkpointing policies (suite/techniques/checkpointing.py), in the order the report lists them
 # (about least memory saved first): every-k checkpoints every k-th block in full (layer-level).
 CHECKPOINTING = ("none", "every-4", "every-2", "selective", "op-level", "full")
+# What each policy saves and recomputes, in one line each: the scenario schema, `--help` and the README say this
+CHECKPOINTING_DOC = {
+    "none": "nothing recomputed",
+    "every-4": "every 4th block recomputed in full, the others keep everything",
+    "every-2": "every 2nd block recomputed in full, the others keep everything",
+    "selective": "each block: matmul outputs saved, the rest (attention core, norms, element-wise ops) recomputed",
+    "op-level": "torchtitan's op-level policy: attention outputs and every other matmul's saved",
+    "full": "each block recomputed from its input",
+}
 # Numeric precision of a cell: parameters, compute and gradients (docs/parallelism.md).
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 
-from suite.axes import AXES, CHECKPOINTING, PRECISIONS
+from suite.axes import AXES, CHECKPOINTING, CHECKPOINTING_DOC, PRECISIONS
 from suite.machine.policy import QuietPolicy
 from suite.models.own import ModelShape
 from suite.models.presets import PRESETS, UnknownPreset
@@ -146,7 +146,7 @@ class Scenario(_Strict):
         "scratch-zero2 | scratch-zero3. Aliases are replaced by the name they stand for.", "ddp"
     )
     activation_checkpointing: Checkpointing | list[Checkpointing] = _axis(
-        "none | selective (attention core recomputed) | full (each block recomputed).", "none"
+        " | ".join(f"{mode} ({doc})" for mode, doc in CHECKPOINTING_DOC.items()) + ".", "none"
     )
     precision: Precision | list[Precision] = _axis("fp32 | bf16-mixed | fp16-mixed.", "fp32")
     gpus: Gpus | list[Gpus] = _axis("World size (processes; on CPU, processes).", 1)

@@ -207,3 +207,17 @@ def test_results_ls_refuses_two_different_roots(cli, stored, tmp_path):
     assert "results root given twice" in line
     same = cli("results", "ls", "--results", root, root)  # the same root twice is no contradiction
     assert same.exit_code == 0 and run.name in flat(same.stdout)
+
+
+def test_checkpointing_modes_are_described_once_and_alike():
+    """The schema's description and the README say what each mode does in the axis table's words."""
+    from pathlib import Path
+
+    from suite.axes import CHECKPOINTING, CHECKPOINTING_DOC
+    from suite.scenario.experiment import Scenario
+
+    assert tuple(CHECKPOINTING_DOC) == CHECKPOINTING
+    schema = Scenario.model_json_schema()["properties"]["activation_checkpointing"]["description"]
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    for mode, doc in CHECKPOINTING_DOC.items():
+        assert f"{mode} ({doc})" in schema and f"`{mode}` ({doc})" in readme, mode

@@ -198,7 +198,9 @@ def _notes(rows: list[dict], headroom: float | None) -> list[str]:
     """What the columns mean, and every trace failure and trace note once."""
     notes = ["textbook: ZeRO paper + Korthikanti et al. (s x s attention scores stored); as implemented: what "
              "the code holds (fp32 parameters under autocast, fused attention); traced: peak of the real code "
-             "on fake tensors (rank 0). fits uses the traced peak when there is one."]
+             "on fake tensors (rank 0). fits uses the traced peak when there is one.",
+             "units: memory in binary units (1 GiB = 2^30 bytes); gpu_memory_gb, which fits compares with, in "
+             "10^9 bytes (an 80 GB GPU holds 74.5 GiB); FLOPs and bytes communicated in SI prefixes (10^3)."]
     if headroom is not None:
         notes.append(f"max mbs: largest micro-batch whose traced peak <= gpu_memory_gb x (1 - {headroom:g}), then "
                      "the next micro-batch's peak and the limit it misses; a trace counts allocated bytes, the "

@@ -10,6 +10,10 @@
 The SVG keeps text as text (svg.fonttype none: small, searchable) and each set of rings is a group with an id
 `regression-<metric>-<prefix><n>` (or `suspect-...`), which the browser test looks for.  matplotlib draws it (the
 `report` extra).
+
+Speed: a night of 1,000 cells draws 1,000 of these.  Making a figure's axes (and their ticks) costs as much as
+drawing it, so each process keeps one blank figure per panel count and clears what the last trend drew on it
+(`_canvas`) instead of building a new one.
 """
 
 from __future__ import annotations
@@ -89,9 +93,38 @@ def _plottable(value: float | None) -> bool:
     return value is not None and math.isfinite(value) and abs(value) <= PLOTTABLE
 
 
-def _draw(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], prefix: str):
+_CANVASES: dict[int, tuple] = {}  # panel count -> (figure, its axes): this process's blank figures
+
+
+def _canvas(panels: int):
+    """A figure with `panels` axes stacked on one x axis, blank: made once per process and panel count, then
+    cleared of the lines, points, bands, rings, notes and legend the previous trend drew on it."""
     from matplotlib.ticker import MaxNLocator
 
+    if panels not in _CANVASES:
+        height = 1.5 * panels + 1.0
+        fig = _figure(9.5, height, layout=None)  # fixed margins: constrained layout would cost half the time
+        axes = fig.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
+        fig.subplots_adjust(left=0.09, right=0.985, top=1 - 0.45 / height, bottom=0.45 / height, hspace=0.12)
+        for ax in axes:
+            ax.tick_params(labelsize=7)
+            ax.yaxis.set_major_locator(MaxNLocator(4))  # few ticks: each costs a drawn artist, and the SVG's size
+            ax.grid(True, alpha=0.3)
+        _CANVASES[panels] = fig, axes
+    fig, axes = _CANVASES[panels]
+    for legend in list(fig.legends):
+        legend.remove()
+    for ax in axes:
+        for container in list(ax.containers):  # an errorbar's container, then its lines
+            container.remove()
+        for artist in [*ax.lines, *ax.collections, *ax.texts]:
+            artist.remove()
+        ax.relim()  # no data left: the next trend's values set the y range
+        ax.autoscale(enable=True, axis="y")
+    return fig, axes
+
+
+def _draw(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], prefix: str):
     order = _order(lines)
 
     def x(p: Point) -> int:
@@ -100,17 +133,11 @@ def _draw(lines: list[tuple[str, list[Point]]], link: Callable[[Point], str], pr
     # a panel per metric with a value (MFU needs the device's peak FLOPs: none on CPUs); at least one
     shown = [m for m in METRICS if m not in TABLE_ONLY
              and any(p.values.get(m) is not None for _, pts in lines for p in pts)] or ["step_time"]
-    height = 1.5 * len(shown) + 1.0
-    fig = _figure(9.5, height, layout=None)  # fixed margins: constrained layout would cost half the time
-    axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
-    fig.subplots_adjust(left=0.09, right=0.985, top=1 - 0.45 / height, bottom=0.45 / height, hspace=0.12)
+    fig, axes = _canvas(len(shown))
     marked = 0
     for ax, metric in zip(axes, shown):
         label, unit = METRICS[metric]
         ax.set_ylabel(f"{label}" + (f" ({unit})" if unit else ""), fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.yaxis.set_major_locator(MaxNLocator(4))  # few ticks: each costs a drawn artist, and the SVG's size
-        ax.grid(True, alpha=0.3)
         drawn, off = False, 0
         for i, (name, points) in enumerate(lines):
             color = COLORS[i % len(COLORS)]

@@ -328,3 +328,20 @@ def test_many_cell_pages_render_in_forked_workers_exactly_as_here(tmp_path, monk
     assert len(pages) == len(cells)
     for rel in pages:
         assert (tmp_path / "forked" / rel).read_bytes() == (tmp_path / "here" / rel).read_bytes(), rel
+
+
+def test_a_reused_figure_draws_each_trend_exactly_as_a_new_one(nights):
+    """Trends are drawn on one figure per panel count, cleared between cells: no line, band, ring, note or legend
+    of one cell may survive into the next (the planted slow night gives rings, the long history bands)."""
+    from suite.publish import command, state, trend
+
+    st = state.SiteState()
+    state.ingest(list(nights.values()), st, lambda line: None)
+    views = command.build(state.runs_of(st, Path("unused")), 10)
+    cells = [(v, c) for v in views for c in v.cells]
+    assert len(cells) >= 4
+    reused = [command._figures(v, c) for v, c in cells]
+    for (view, cell_id), before in zip(reversed(cells), reversed(reused)):
+        trend._CANVASES.clear()
+        assert command._figures(view, cell_id) == before, cell_id
+    assert any('id="regression-' in svg for figs in reused for svg in figs.values())

@@ -44,7 +44,7 @@ LEGEND = (f"Marked: the best and the worst tokens/s per device, step time and me
 class Table:
     """What the template's `table` macro draws: header and body are text; status_col: the column whose cells
     are coloured by status (ok or not), None for none; marks: row -> {column: CSS class} for the few cells
-    marked best, worst or missed (the other rows are drawn in one piece, fast)."""
+    marked best, worst or missed (the other rows are drawn in one piece, fast), in cells tables and pivots."""
     header: list[str]
     body: list[list[str]]
     cls: str
@@ -124,5 +124,5 @@ def report_html(runs: list[Run], rows: list[CellRow], pivots: list[Pivot], plots
         runs=Table(RUN_HEADERS, run_table(runs), "runs"), n_runs=len(runs), n_rows=len(rows),
         fixed=", ".join(f"{AXIS_HEADERS[a]}={v}" for a, v in fixed.items()), sections=sections,
         footnotes="; ".join(footnotes(notes)),
-        pivots=[(p, Table(p.header, p.rows, "pivot")) for p in pivots],
+        pivots=[(p, Table(p.header, p.rows, "pivot", marks=p.marks)) for p in pivots],
         legend=LEGEND, plots=_Embedded(plots))

@@ -27,14 +27,22 @@ def plain(text: Any) -> str:
     return str(text).replace("<", "&lt;")
 
 
-def table(header: list[str], body: list[list[str]]) -> str:
+MARKED = {"best": "**{}**", "worst": "_{}_"}  # a pivot's marks (Pivot.marks), around the escaped value
+
+
+def table(header: list[str], body: list[list[str]], marks: dict[int, dict[int, str]] | None = None) -> str:
     lines = ["| " + " | ".join(escape(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(escape(v) for v in line) + " |" for line in body]
+    marks = marks or {}
+    lines += ["| " + " | ".join(MARKED[marks[i][j]].format(escape(v)) if j in marks.get(i, ()) and v else escape(v)
+                                for j, v in enumerate(line)) + " |" for i, line in enumerate(body)]
     return "\n".join(lines)
 
 
 def pivot_markdown(p: Pivot, level: str = "###") -> str:
-    parts = [f"{level} {p.title}", "", f"_{p.question}_", "", table(p.header, p.rows)]
+    parts = [f"{level} {p.title}", "", f"_{p.question}_", ""]
+    if p.marked:
+        parts += [f"{plain(p.marked)} Best in bold, worst in italics.", ""]
+    parts.append(table(p.header, p.rows, p.marks))
     if p.notes:
         parts += [""] + [f"- {plain(n)}" for n in p.notes]
     return "\n".join(parts)

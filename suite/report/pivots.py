@@ -6,6 +6,9 @@
 - seq_len: peak memory and step time versus sequence length;
 - scratch: each hand-written strategy (suite/strategies/scratch/) beside its native twin — same loss, what cost?
 - layout: memory and tokens/s by tensor-parallel degree (or hsdp's shard group size) — what does a layout buy?
+Each pivot but the scratch one marks the best and the worst of its comparison (`Pivot.marks`: green and red in
+HTML, bold and italics in Markdown): per column (the same GPU count, sequence length) across the configurations of the rows, or per
+row (one configuration) across the columns' values, as `Pivot.marked` says.
 A pivot is only built when the rows have the axis it needs with at least two values (the memory pivot needs
 two strategies or two GPU counts); otherwise it would be a one-column table that answers nothing.  Rows of a
 pivot are the combinations of the other axes that vary; when two results land in the same slot (the same cell
@@ -32,6 +35,43 @@ class Pivot:
     header: list[str]    # first entry heads the row labels
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)
+    marks: dict[int, dict[int, str]] = field(default_factory=dict)  # row -> {column: "best" | "worst"}
+    marked: str = ""  # what the marks compare, in words ("" when nothing is marked)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What a pivot marks: the best and the worst `score` (None: not measured, never marked), either down each
+    column (`along="column"`: the configurations at one value of the column axis) or along each row
+    (`along="row"`: one configuration at the column axis's values)."""
+    score: Callable[[CellRow], float | None]
+    higher_is_better: bool
+    along: str  # "column" | "row"
+    what: str   # e.g. "tokens/s": named in the pivot's legend
+
+
+def _marks(table: dict[str, dict[Any, CellRow]], cols: list[Any], ranking: Ranking) -> dict[int, dict[int, str]]:
+    """row index -> {column index: "best" | "worst"}; a comparison with fewer than two distinct values marks
+    nothing.  Column indices count the label column (the first)."""
+    labels = list(table)
+    if ranking.along == "column":
+        groups = [[(i, 1 + j, table[label][c]) for i, label in enumerate(labels) if c in table[label]]
+                  for j, c in enumerate(cols)]
+    else:
+        groups = [[(i, 1 + j, table[label][c]) for j, c in enumerate(cols) if c in table[label]]
+                  for i, label in enumerate(labels)]
+    out: dict[int, dict[int, str]] = {}
+    for group in groups:
+        scored = [(v, i, j) for i, j, row in group if (v := ranking.score(row)) is not None]
+        values = {v for v, _, _ in scored}
+        if len(values) < 2:
+            continue
+        best = max(values) if ranking.higher_is_better else min(values)
+        worst = min(values) if ranking.higher_is_better else max(values)
+        for v, i, j in scored:
+            if v in (best, worst):
+                out.setdefault(i, {})[j] = "best" if v == best else "worst"
+    return out
 
 
 def _label(row: CellRow, axes: list[str]) -> str:
@@ -72,7 +112,8 @@ def _pct(new: float | None, old: float | None) -> str:
 
 def _build(rows: list[CellRow], varying: list[str], name: str, title: str, question: str, col_axis: str, col_header: Callable[[Any], str],
            cell: Callable[[dict[Any, CellRow], Any], str], keep: tuple[str, ...] = (),
-           extra: tuple[str, Callable[[dict[Any, CellRow], list[Any]], str]] | None = None) -> Pivot:
+           extra: tuple[str, Callable[[dict[Any, CellRow], list[Any]], str]] | None = None,
+           ranking: Ranking | None = None) -> Pivot:
     table, cols, collisions = _slots(rows, varying, col_axis, keep)
     header = ["cells"] + [col_header(c) for c in cols] + ([extra[0]] if extra else [])
     body = []
@@ -82,7 +123,14 @@ def _build(rows: list[CellRow], varying: list[str], name: str, title: str, quest
             line.append(extra[1](slot, [c for c in cols if c in slot]))
         body.append(line)
     notes = [f"{collisions} slot(s) held results from several runs; the latest run is shown."] if collisions else []
-    return Pivot(name, title, question, header, body, notes)
+    marks = _marks(table, cols, ranking) if ranking else {}
+    marked = ""
+    if marks and ranking:
+        where = (f"down each column (one {AXIS_HEADERS[col_axis]} value)" if ranking.along == "column"
+                 else "along each row")
+        good, bad = ("highest", "lowest") if ranking.higher_is_better else ("lowest", "highest")
+        marked = f"Marked {where}: the {good} {ranking.what} (best) and the {bad} (worst)."
+    return Pivot(name, title, question, header, body, notes, marks, marked)
 
 
 def memory_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
@@ -106,7 +154,8 @@ def memory_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
     pv = _build(rows, varying, "memory", "Model-state memory per rank by strategy and GPU count",
                 "Does sharding cut per-rank memory as predicted (ZeRO-3: 1/N)? Parameters + gradients + optimizer "
                 "states (+ master weights), measured / predicted, MiB per rank.",
-                "gpus", lambda g: f"{g} gpus (MiB)", cell, keep=("strategy",), extra=("measured vs predicted change", check))
+                "gpus", lambda g: f"{g} gpus (MiB)", cell, keep=("strategy",), extra=("measured vs predicted change", check),
+                ranking=Ranking(lambda r: r.states_measured_mib, False, "column", "measured model-state memory"))
     if all(line[-1] == "" for line in pv.rows):
         pv.header, pv.rows = pv.header[:-1], [line[:-1] for line in pv.rows]
     return pv
@@ -127,7 +176,8 @@ def scaling_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
 
     return _build(rows, varying, "scaling", "Throughput scaling with GPU count",
                   "How close is throughput to linear in the number of GPUs? tokens/s (efficiency = tokens/s per GPU "
-                  "relative to the smallest world size in the row).", "gpus", lambda g: f"{g} gpus (tokens/s)", cell)
+                  "relative to the smallest world size in the row).", "gpus", lambda g: f"{g} gpus (tokens/s)", cell,
+                  ranking=Ranking(lambda r: r.tokens_per_s, True, "column", "tokens/s"))
 
 
 def checkpointing_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
@@ -151,7 +201,7 @@ def checkpointing_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None
                    "What does recomputation save in memory, and what does it add to step time? Peak memory per rank "
                    "(measured activations where no peak was measured) and median step time; percentages against "
                    "no checkpointing.", "activation_checkpointing",
-                   lambda m: f"{m}", cell)
+                   lambda m: f"{m}", cell, ranking=Ranking(mem, False, "row", "memory"))
     pivot.notes += _recompute_notes(rows)
     return pivot
 
@@ -191,7 +241,8 @@ def seq_len_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
 
     return _build(rows, varying, "seq_len", "Memory and time versus sequence length",
                   "How do peak memory per rank and median step time grow with the sequence length?", "seq_len",
-                  lambda s: f"seq {s}", cell)
+                  lambda s: f"seq {s}", cell,
+                  ranking=Ranking(lambda r: r.step_median_ms, False, "column", "step time"))
 
 
 def scratch_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
@@ -241,7 +292,8 @@ def layout_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
     what = "tensor-parallel degree" if axis == "tensor_parallel" else "HSDP shard group size"
     return _build(rows, varying, "layout", f"Memory and throughput by {what}",
                   f"What does each {what} hold per rank (model states, measured / predicted) and how fast does it "
-                  "train (tokens/s)?", axis, lambda v: f"{AXIS_HEADERS[axis]} {'-' if v is None else v}", cell)
+                  "train (tokens/s)?", axis, lambda v: f"{AXIS_HEADERS[axis]} {'-' if v is None else v}", cell,
+                  ranking=Ranking(lambda r: r.tokens_per_s, True, "row", "tokens/s"))
 
 
 BUILDERS = (memory_pivot, scaling_pivot, checkpointing_pivot, seq_len_pivot, scratch_pivot, layout_pivot)

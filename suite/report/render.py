@@ -61,7 +61,8 @@ def to_json(runs: list[Run], rows: list[CellRow], pivots: list) -> str:
         "columns": list(COLUMN_KEYS),
         "cells": [public(r) for r in rows],
         "pivots": [{"name": p.name, "title": p.title, "question": p.question, "header": p.header, "rows": p.rows,
-                    "notes": p.notes} for p in pivots],
+                    "notes": p.notes, "marks": {str(i): {str(j): m for j, m in cols.items()}
+                                                for i, cols in p.marks.items()}} for p in pivots],
         "peaks": public_peaks(rows),  # predicted vs measured peak, as numbers (the Markdown/HTML section's rows)
     }
     return json.dumps(doc, indent=1) + "\n"

@@ -229,3 +229,30 @@ def test_html_marks_the_best_the_worst_and_missed_predictions(cli, tmp_path):
     assert cli("report", run, "--format", "html", "--out", tmp_path / "o").exit_code == 0
     page = (tmp_path / "o" / "report.html").read_text()
     assert page.count('class="best"') >= 2 and 'class="worst"' in page and 'class="miss"' in page
+
+
+def test_pivots_mark_the_best_and_the_worst_of_each_comparison(cli, tmp_path):
+    """Scaling: in each GPU-count column the strategy with the most tokens/s is best, the fewest worst; a column
+    with one value marks nothing.  Checkpointing: along each row, the mode with the least memory is best."""
+    cells = make_cells(strategy=["ddp", "zero1", "zero3"], gpus=[1, 2], exclude=[{"strategy": "zero3", "gpus": 1}])
+    speed = {"ddp": 0.1, "zero1": 0.2, "zero3": 0.3}
+    run = write_run(tmp_path / "r", make_manifest(), [make_result(c, step_time_s=speed[c.strategy], noise=0.0)
+                                                      for c in cells])
+    scaling = {p.name: p for p in pivots(cell_rows(load_runs([run])))}["scaling"]
+    row = {line[0]: i for i, line in enumerate(scaling.rows)}
+    col = {h: j for j, h in enumerate(scaling.header)}
+    two = col["2 gpus (tokens/s)"]
+    assert scaling.marks[row["strategy=ddp"]][two] == "best" and scaling.marks[row["strategy=zero3"]][two] == "worst"
+    assert two not in scaling.marks.get(row["strategy=zero1"], {})
+    assert scaling.marks[row["strategy=ddp"]][col["1 gpus (tokens/s)"]] == "best"
+    assert "highest tokens/s (best)" in scaling.marked
+
+    ckpt = make_cells(activation_checkpointing=["none", "selective", "full"])
+    run2 = write_run(tmp_path / "c", make_manifest(), [make_result(c) for c in ckpt])
+    ck = {p.name: p for p in pivots(cell_rows(load_runs([run2])))}["checkpointing"]
+    assert ck.marks[0] == {1: "worst", 3: "best"}  # none holds the most activations, full the least
+    assert cli("report", run, "--format", "html", "--out", tmp_path / "o").exit_code == 0
+    section = (tmp_path / "o" / "report.html").read_text().split('id="pivot-scaling"')[1].split("</section>")[0]
+    assert section.count('class="best"') == 2 and section.count('class="worst"') == 2, section
+    code, out, _ = run_cli(cli, "report", run, "--format", "md")
+    assert code == 0 and "Best in bold, worst in italics." in out and "| **" in out

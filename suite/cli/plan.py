@@ -152,6 +152,9 @@ def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bo
               lambda vs: vs != {nbytes(0)}),
              ("gbs", "seed", lambda r: r["settings"]["seed"], lambda vs: len(vs) > 1),
              ("gpus", "tp", lambda r: r["settings"].get("tensor_parallel", 1), lambda vs: vs != {1}),
+             # sequence and loss parallelism need tensor_parallel > 1 (validated): the tp column is there
+             ("tp", "lp", lambda r: "yes" if r["settings"].get("loss_parallel") else "-", lambda vs: vs != {"-"}),
+             ("tp", "sp", lambda r: "yes" if r["settings"].get("sequence_parallel") else "-", lambda vs: vs != {"-"}),
              ("gpus", "shard", lambda r: _dash(r["settings"].get("shard_size")), lambda vs: vs != {"-"}))
     for after, col, value, shown in extra:
         if shown({value(r) for r in rows}):

@@ -67,7 +67,8 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
     if why is None:
         static = static_bytes(psi_rank, cell.strategy, cell.precision, shard_world(cell))
         acts = activation_bytes(shape, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
-                                cell.precision, getattr(cell, "tensor_parallel", 1))
+                                cell.precision, getattr(cell, "tensor_parallel", 1),
+                                getattr(cell, "sequence_parallel", False))
         textbook = offloaded(static, cell.strategy, 0.0, acts)
         implemented = predict_memory(cell)
     host = implemented.host if implemented else host_bytes(cell)

@@ -107,7 +107,7 @@ def layer_bytes_per_token(shape, mode: str, r: int, c: int, tp: int = 1) -> floa
 
 
 def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, precision: str,
-                     tp: int = 1, strategy: str | None = None) -> float:
+                     tp: int = 1, strategy: str | None = None, vocab_split: int = 1) -> float:
     """Activation bytes for one micro-batch over all layers (see layer_bytes_per_token), the fp32
     log-probabilities the loss saves, and under autocast the 16-bit copy of every matmul weight that blocks
     without checkpointing keep for backward."""
@@ -118,7 +118,8 @@ def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, 
     if autocast:  # the weight copies live as long as the block's saved tensors; recomputed when checkpointed
         per_layer["none"] += 2 * matmul_weights(shape, tp)
     head = 2 * shape.hidden * getattr(shape, "vocab", 0) if autocast else 0
-    return layered(per_layer, checkpointing, shape.layers) + _loss_bytes(shape, seq_len, micro_batch) + head
+    loss = _loss_bytes(shape, seq_len, micro_batch) / vocab_split  # loss_parallel: log-probabilities split
+    return layered(per_layer, checkpointing, shape.layers) + loss + head
 
 
 def loss_temporaries(shape, seq_len: int, micro_batch: int) -> float:
@@ -144,7 +145,7 @@ def peak_extra(cell) -> float:
     of backward or, under autocast with checkpointing, the weight copies autocast caches at the end of forward,
     whichever is larger (the peak falls there)."""
     tp = getattr(cell, "tensor_parallel", 1)
-    temps = loss_temporaries(cell.model, cell.seq_len, cell.micro_batch_size)
+    temps = loss_temporaries(cell.model, cell.seq_len, cell.micro_batch_size) / vocab_split(cell)
     copies = autocast_copies(cell.model, cell.activation_checkpointing, cell.strategy, cell.precision, tp)
     return max(copies, temps)
 
@@ -156,14 +157,35 @@ def _loss_bytes(shape, seq_len: int, micro_batch: int) -> float:
     return 4 * micro_batch * (seq_len * vocab if vocab else shape.num_classes)
 
 
+def vocab_split(cell) -> int:
+    """t with loss parallelism (the logits, their log-probabilities and gradients split on the vocabulary),
+    else 1."""
+    return getattr(cell, "tensor_parallel", 1) if getattr(cell, "loss_parallel", False) else 1
+
+
+def whole_embedding_gradient(cell, static: dict[str, float]) -> float:
+    """Bytes beyond the split parameters' gradients: with sequence or loss parallelism the embedding is split on
+    the vocabulary (RowwiseParallel), but DTensor's embedding backward (PyTorch 2.11-2.14) returns its gradient
+    replicated: V x h whole on every rank until a strategy that shards gradients (zero3, hsdp) reduce-scatters
+    it.  So ddp (tensor parallelism alone) keeps (1 - 1/t) V h more gradient than the split says."""
+    tp = getattr(cell, "tensor_parallel", 1)
+    if tp == 1 or not (getattr(cell, "sequence_parallel", False) or getattr(cell, "loss_parallel", False)):
+        return 0.0
+    if registry.get(cell.strategy).shards.gradients:
+        return 0.0
+    per = static["gradients"] / per_rank_parameters(cell)
+    return per * cell.model.vocab * cell.model.hidden * (1 - 1 / tp)
+
+
 def predict_memory(cell) -> MemoryBreakdown:
     """The as-implemented per-rank breakdown of a cell."""
     tp = getattr(cell, "tensor_parallel", 1)
     static = static_bytes(per_rank_parameters(cell), cell.strategy, cell.precision, shard_world(cell))
+    static["gradients"] += whole_embedding_gradient(cell, static)
     working = unsharded_bytes(cell.model, cell.strategy, cell.precision, tp)  # on the device, offloaded or not
     static["parameters"] += working
     acts = activation_bytes(cell.model, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
-                            cell.precision, tp, cell.strategy)
+                            cell.precision, tp, cell.strategy, vocab_split(cell))
     out = offloaded(static, cell.strategy, working, acts)
     temps = peak_extra(cell)
     # At the peak (the start of backward or the end of forward) FSDP2's gradients are None when a step has one

@@ -73,17 +73,20 @@ def static_bytes(num_parameters: int, strategy: str, precision: str, world: int)
 
 
 def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, precision: str,
-                     tp: int = 1) -> float:
+                     tp: int = 1, sequence_parallel: bool = False) -> float:
     """Textbook activation bytes for one micro-batch over all layers (see the module docstring); with tensor
-    parallelism t, Korthikanti et al.'s s b h (10 + 24 / t + 5 a s / (h t)) (plan/tensor_parallel.py)."""
+    parallelism t, Korthikanti et al.'s s b h (10 + 24 / t + 5 a s / (h t)), and with sequence parallelism
+    s b h (34 / t + 5 a s / (h t)): the replicated part (and a checkpointed block's input) split on the sequence
+    too (plan/tensor_parallel.py)."""
     s, b, h, a, layers = seq_len, micro_batch, shape.hidden, shape.heads, shape.layers
     scale = 2 if precision == "fp32" else 1
     if checkpointing == "op-level":
         return op_level_layer_bytes(shape, s, b, precision, tp) * layers
+    rest = tp if sequence_parallel else 1  # what tensor parallelism alone leaves whole on every rank
     per_layer = {
-        "none": s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)),
-        "selective": s * b * h * (10 + 24 / tp),
-        "full": 2 * s * b * h,
+        "none": s * b * h * (10 / rest + 24 / tp + 5 * a * s / (h * tp)),
+        "selective": s * b * h * (10 / rest + 24 / tp),
+        "full": 2 * s * b * h / rest,
     }
     return layered(per_layer, checkpointing, layers) * scale
 

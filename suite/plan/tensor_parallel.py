@@ -3,14 +3,20 @@
 - Parameters per rank: each block's projections (q, k, v, o, gate, up, down) split t ways, its two RMSNorm
   gains, the embedding, the final norm and the head replicated:
       Psi_tp = Psi - L x split x (1 - 1/t),     split = 2 h^2 + 2 h kv + 3 h f   (kv = kv_heads x head_dim)
+  With sequence or loss parallelism the embedding and the head are split on the vocabulary too:
+      Psi_tp = Psi - (L x split + 2 V h) x (1 - 1/t)
   The strategy's ZeRO sharding then applies to Psi_tp over the gpus / t data-parallel ranks.
 - Activations per layer (Korthikanti et al. 2022, tensor parallelism without sequence parallelism):
       s b h (10 + 24 / t + 5 a s / (h t))
-  the residual stream, norms and their inputs are replicated (10), the attention and MLP interiors split (24).
+  the residual stream, norms and their inputs are replicated (10), the attention and MLP interiors split (24);
+  with sequence parallelism the replicated part is split on the sequence too: s b h (34 / t + 5 a s / (h t)).
+  Loss parallelism keeps the (b, s, V) logits (and their fp32 copy for the loss) split: V / t per rank.
 - Communication per micro-batch: one all-reduce of the (b, s, h) activations after attention and one after the
   MLP in forward, two of their input gradients in backward: 4 all-reduces of s b h elements per layer, 2 x each
   for a ring (as comm.py counts all-reduces): 8 s b h L elements per rank per micro-batch (12 with full
-  checkpointing, which runs each block's forward, and its two all-reduces, again in backward).
+  checkpointing, which runs each block's forward, and its two all-reduces, again in backward).  Sequence
+  parallelism turns each all-reduce into an all-gather plus a reduce-scatter (1 x each for a ring): the same
+  8 s b h L elements, with activations / t between them.
 """
 
 from __future__ import annotations
@@ -36,7 +42,12 @@ def per_rank_parameters(cell) -> float:
     """Psi_tp: the parameters one tensor-parallel rank holds before any ZeRO sharding (Psi when t = 1)."""
     t, shape = getattr(cell, "tensor_parallel", 1), cell.model
     psi = shape.num_parameters()
-    return psi if t == 1 else psi - shape.layers * split_parameters(shape) * (1 - 1 / t)
+    if t == 1:
+        return psi
+    split = shape.layers * split_parameters(shape)
+    if getattr(cell, "sequence_parallel", False) or getattr(cell, "loss_parallel", False):
+        split += 2 * shape.vocab * shape.hidden  # the embedding's rows and the head's columns
+    return psi - split * (1 - 1 / t)
 
 
 def tp_comm_elements(cell) -> float:

@@ -57,6 +57,10 @@ class Cell(_Settings):
     shard_size: int | None = Field(None, description="hsdp: ranks per shard group (resolved); None otherwise.")
     tensor_parallel: int = Field(1, description="Tensor-parallel degree; gpus / tensor_parallel ranks of data "
                                  "parallelism.")
+    sequence_parallel: bool = Field(False, description="Norms and residual stream sharded on the sequence over the "
+                                    "tensor-parallel ranks (needs tensor_parallel > 1).")
+    loss_parallel: bool = Field(False, description="Head output and cross-entropy sharded on the vocabulary over the "
+                                "tensor-parallel ranks (needs tensor_parallel > 1).")
     micro_batch_size: int
     global_batch_size: int
     grad_accum: int = Field(description="Micro-batches per rank per optimizer step.")

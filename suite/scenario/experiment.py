@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 from suite.axes import AXES, CHECKPOINTING, CHECKPOINTING_DOC, PRECISIONS
 from suite.machine.policy import QuietPolicy
@@ -157,6 +157,15 @@ class Scenario(_Strict):
     tensor_parallel: Gpus | list[Gpus] = _axis(
         "Tensor-parallel degree t (llama): each block's projections split over t ranks, Megatron-style; the "
         "other gpus / t ways are data parallel (zero3; ddp only when gpus = t).", 1)
+    sequence_parallel: StrictBool | list[StrictBool] = _axis(
+        "With tensor_parallel t > 1 (Korthikanti et al.'s sequence parallelism, torchtitan's plan): the norms and the "
+        "residual stream between blocks sharded on the sequence over the t ranks (activations there / t), each "
+        "block's all-reduces become an all-gather before and a reduce-scatter after; the embedding and the head "
+        "are split on the vocabulary.  seq_len must divide by t.", False)
+    loss_parallel: StrictBool | list[StrictBool] = _axis(
+        "With tensor_parallel t > 1: the head's output stays split on the vocabulary and the cross-entropy is "
+        "computed on the shards (PyTorch's loss_parallel): no rank holds the whole (batch, seq, vocab) logits.  "
+        "vocab must divide by t.", False)
     micro_batch_size: Gpus | list[Gpus] = _axis("Samples per rank per forward pass.", 1)
     global_batch_size: Count | list[Count] = _axis(
         "Samples per optimizer step over all ranks; accumulation = global / (micro x gpus), exactly.", 1

@@ -55,6 +55,9 @@ class Parallel:
     tracker:     which MemTracker the peaks pass uses: "module" (MemTracker) or "fsdp" (FSDPMemTracker).
     sharded_grad_scaler: fp16 needs a GradScaler whose inf check is all-reduced over ranks (FSDP's shards).
     extra:       strategy facts worth recording (go into RankRecord.extra).
+    loss_context: () -> context manager around each micro-batch's forward and backward: PyTorch's
+                 loss_parallel() when the head's output is split on the vocabulary (set by the worker's
+                 parallelize, not by strategies), else nothing.
     """
 
     model: nn.Module
@@ -67,6 +70,7 @@ class Parallel:
     tracker: Literal["module", "fsdp"] = "module"
     sharded_grad_scaler: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    loss_context: Callable[[], AbstractContextManager] = nullcontext
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ def _sums(model: torch.nn.Module, data: Data, cell: Cell, device: torch.device, 
                     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                     with precision.autocast(cell.precision, device) if autocast else nullcontext():
                         logits = model(x)
+                    if hasattr(logits, "full_tensor"):  # loss_parallel: split on the vocabulary (a DTensor)
+                        logits = logits.full_tensor()
                     logits, y = logits.float().flatten(0, -2), y.flatten()  # (targets, classes)
                     sums[0] += F.cross_entropy(logits, y, reduction="sum").double()
                     sums[1] += y.numel()

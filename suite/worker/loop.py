@@ -103,11 +103,13 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(batches):
             with par.no_sync() if i < n - 1 or fault == "desync" else nullcontext():
-                with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
-                    loss = par.model(x, y) / n
-                loss = self.faults.on_loss(loss)  # a nan fault poisons the first micro-batch only
-                scaler.scale(loss).backward()
-            total += loss.detach()
+                with par.loss_context():  # loss_parallel: the loss and its backward on vocabulary shards
+                    with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
+                        loss = par.model(x, y) / n
+                    loss = self.faults.on_loss(loss)  # a nan fault poisons the first micro-batch only
+                    scaler.scale(loss).backward()
+            loss = loss.detach()
+            total += loss.full_tensor() if hasattr(loss, "full_tensor") else loss  # loss_parallel: a DTensor
             if between is not None:
                 between()
         if fault != "desync":

@@ -3,7 +3,9 @@ the one place a strategy meets the cell (it gets a mesh and a `Policy`, never th
 
 Like torchtitan's `parallelize`, it applies techniques to the plain model in a fixed order:
 
-    0. tensor parallelism        splits each block's projections over the tp ranks (techniques/tensor_parallel.py)
+    0. tensor parallelism        splits each block's projections over the tp ranks (techniques/tensor_parallel.py);
+                                 with sequence_parallel the norms and residual stream on the sequence, with
+                                 loss_parallel the head's output and the loss on the vocabulary
     1. activation checkpointing  wraps each block in `model.blocks`      (suite/techniques/checkpointing.py)
     2. torch.compile (optional)  compiles each (wrapped) block            (suite/techniques/compile.py)
     3. the strategy's apply()    wraps/shards the model, builds the optimizer   (its registry entry says where)
@@ -40,7 +42,7 @@ def parallelize(model: nn.Module, cell: Cell, device: torch.device) -> Parallel:
         mesh = _mesh(cell, device)
         from suite.techniques.tensor_parallel import apply_tensor_parallel
 
-        apply_tensor_parallel(model, mesh["tp"])
+        apply_tensor_parallel(model, mesh["tp"], cell.sequence_parallel, cell.loss_parallel)
     apply_checkpointing(model, cell.activation_checkpointing)
     if cell.compile:
         from suite.techniques.compile import compile_blocks
@@ -50,7 +52,12 @@ def parallelize(model: nn.Module, cell: Cell, device: torch.device) -> Parallel:
     if mesh is None:
         return apply(model, None, policy, device)
     dp = ("replicate", "shard") if cell.shard_size else "dp"  # hsdp: a 2-D data-parallel part
-    return apply(model, mesh[dp], policy, device)
+    par = apply(model, mesh[dp], policy, device)
+    if cell.loss_parallel:
+        from suite.techniques.tensor_parallel import loss_context
+
+        par.loss_context = loss_context(True)
+    return par
 
 
 def policy_of(cell: Cell) -> Policy:

@@ -38,6 +38,14 @@ CHECKPOINTING_DOC = {
 }
 # Numeric precision of a cell: parameters, compute and gradients (docs/parallelism.md).
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
+# Pipeline schedules (pipeline_parallel > 1) and the model chunks ("virtual stages") each rank holds: the
+# planner's bubble and in-flight arithmetic is keyed by these names (plan/pipeline.py, docs/parallelism.md).
+PIPELINE_SCHEDULES = {
+    "gpipe": 1,             # all forwards, then all backwards: m micro-batches of activations in flight
+    "1f1b": 1,              # one forward, one backward: at most p micro-batches in flight on the first stage
+    "interleaved-1f1b": 2,  # v = 2 chunks per rank: the bubble / v, at v x the point-to-point messages
+    "zero-bubble": 1,       # ZB-H1: backward split into input- and weight-gradient passes that fill the bubble
+}
 
 _UNSET: Any = object()
 
@@ -89,6 +97,11 @@ TABLE: tuple[Axis, ...] = (
          bool, older_default=False),
     Axis("loss_parallel", "lp", "with tensor parallelism: the head and cross-entropy sharded on the vocabulary", bool,
          older_default=False),
+    Axis("pipeline_parallel", "pp", "pipeline stages: the blocks split over p ranks", int, older_default=1),
+    Axis("pipeline_schedule", "sched", "pipeline schedule (None without pipeline parallelism)", str | None,
+         older_default=None),
+    Axis("context_parallel", "cp", "context-parallel degree: the sequence split over c ranks (ring attention)", int,
+         older_default=1),
     Axis("micro_batch_size", "mbs", "samples per rank per forward pass", int),
     Axis("global_batch_size", "gbs", "samples per optimizer step over all ranks", int),
     Axis("seed", "seed", "seed of weights and data (None: a result older than the seed axis)", int | None),
@@ -109,6 +122,13 @@ def axis(name: str) -> Axis:
         return _BY_NAME[name]
     except KeyError:
         raise KeyError(f"{name!r} is not an axis; axes: {', '.join(AXES)}") from None
+
+
+def in_use(name: str, value: Any) -> bool:
+    """Whether an axis's value says something: False for an axis added later at the value every older result
+    had (tensor_parallel 1, pipeline_schedule None: the layout was not used), which the lines listing a cell's
+    settings leave out."""
+    return not (name in LATER_AXES and value == LATER_AXES[name])
 
 
 def rank(name: str, value: Any) -> int | None:

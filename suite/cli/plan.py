@@ -151,6 +151,11 @@ def run_plan(scenario, cells, *, as_json: bool, trace: bool, max_micro_batch: bo
              ("as implemented", "host", lambda r: nbytes(r["host_bytes"]),
               lambda vs: vs != {nbytes(0)}),
              ("gbs", "seed", lambda r: r["settings"]["seed"], lambda vs: len(vs) > 1),
+             ("fits", "bubble", lambda r: f"{r['pipeline']['bubble_fraction']:.0%}" if r["pipeline"] else "-",
+              lambda vs: vs != {"-"}),
+             ("gpus", "cp", lambda r: r["settings"].get("context_parallel", 1), lambda vs: vs != {1}),
+             ("gpus", "pp", lambda r: r["settings"].get("pipeline_parallel", 1), lambda vs: vs != {1}),
+             ("pp", "sched", lambda r: _dash(r["settings"].get("pipeline_schedule")), lambda vs: vs != {"-"}),
              ("gpus", "tp", lambda r: r["settings"].get("tensor_parallel", 1), lambda vs: vs != {1}),
              # sequence and loss parallelism need tensor_parallel > 1 (validated): the tp column is there
              ("tp", "lp", lambda r: "yes" if r["settings"].get("loss_parallel") else "-", lambda vs: vs != {"-"}),
@@ -215,6 +220,17 @@ def _notes(rows: list[dict], headroom: float | None) -> list[str]:
     if any(r["host_bytes"] for r in rows):
         notes.append("host: bytes an offloading strategy keeps in host memory (not in the device totals); *: the "
                      "traced peak less those bytes (a CPU trace sees host and device as one memory)")
+    if any(r["pipeline"] for r in rows):
+        notes.append("pp: pipeline stages; memory is the largest pipeline rank's (the first holds the embedding and "
+                     "the most micro-batches in flight, the last the head and the loss); bubble: the share of a step "
+                     "the ranks sit idle (plan/pipeline.py); --json gives every stage's bytes")
+    for r in rows:
+        if r["pipeline"]:
+            pl = r["pipeline"]
+            stages = ", ".join(f"{b / 2**30:.2f}" for b in pl["stage_as_implemented"])
+            notes.append(f"cell {r['cell']}: {pl['stages']} stages ({pl['schedule']}, {pl['micro_batches']} "
+                         f"micro-batches, in flight {pl['in_flight'][0]:g} on the first): as implemented per stage "
+                         f"[{stages}] GiB")
     seen = set()
     for r in rows:
         items = [f"cell {r['cell']}: not traced: {r['trace_error']}"] if r["trace_error"] else []

@@ -24,11 +24,29 @@ from suite.plan.comm import comm_bytes_per_step
 from suite.plan.flops import flops_per_token
 from suite.plan.implemented import predict_memory
 from suite.plan.memory import MemoryBreakdown, activation_bytes, offloaded, shard_world, static_bytes
+from suite.plan.pipeline import (bubble_fraction, context, cp_elements, in_flight, p2p_elements, pipeline,
+                                 stage_parameters, stage_shape)
 from suite.plan.recompute import recompute_flops_per_token
 from suite.plan.tensor_parallel import per_rank_parameters, tp_comm_elements
 from suite.plan.trace_record import Trace, TraceFailure
 
-__all__ = ["Prediction", "MemoryBreakdown", "host_bytes", "predict", "traced_only"]
+__all__ = ["Prediction", "MemoryBreakdown", "PipelinePlan", "host_bytes", "predict", "traced_only"]
+
+
+class PipelinePlan(BaseModel):
+    """What pipeline parallelism adds to a cell's plan (plan/pipeline.py)."""
+
+    stages: int = Field(description="Pipeline ranks p (each holds L / p layers).")
+    schedule: str = Field(description="The schedule (suite.axes.PIPELINE_SCHEDULES).")
+    virtual_stages: int = Field(description="Model chunks per rank v (2 for interleaved-1f1b).")
+    micro_batches: int = Field(description="Micro-batches per step m (the accumulation).")
+    bubble_fraction: float = Field(description="Share of a step the ranks sit idle: (p-1)/(m+p-1), interleaved "
+                                   "(p-1)/(vm+p-1), zero-bubble (p-1)/(3m+p-1).")
+    in_flight: list[float] = Field(description="Micro-batches of activations each pipeline rank holds at its peak.")
+    stage_textbook: list[float] = Field(description="Textbook bytes per pipeline rank, first to last.")
+    stage_as_implemented: list[float] = Field(description="As-implemented bytes per pipeline rank, first to last: "
+                                              "the largest is the cell's.")
+    p2p_bytes_per_step: float = Field(description="Bytes one rank sends to its neighbouring stages per step.")
 
 
 class Prediction(BaseModel):
@@ -52,7 +70,12 @@ class Prediction(BaseModel):
     flops_per_token: float = Field(description="Training FLOPs per token: 6 x params + 12 x L x h x s.")
     recompute_flops_per_token: float = Field(0.0, description="Forward FLOPs per token the checkpointing policy "
                                              "reruns in backward (plan/recompute.py): hardware, not model, work.")
-    comm_bytes_per_step: float = Field(description="Bytes each rank sends per optimizer step (see comm.py).")
+    comm_bytes_per_step: float = Field(description="Bytes each rank sends per optimizer step (see comm.py; with "
+                                       "tensor, pipeline and context parallelism their traffic is included).")
+    pipeline: PipelinePlan | None = Field(None, description="Stages, bubble and per-stage bytes; None without "
+                                          "pipeline parallelism.")
+    context_bytes_per_step: float = Field(0.0, description="Bytes one context-parallel rank sends around the ring "
+                                          "per step (K, V and their gradients; included in comm_bytes_per_step).")
 
 
 def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
@@ -64,13 +87,14 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
     traced = trace if isinstance(trace, Trace) else None
     why = traced_only(shape)
     textbook = implemented = None
+    p = pipeline(cell)[0]
+    stages = None
     if why is None:
-        static = static_bytes(psi_rank, cell.strategy, cell.precision, shard_world(cell))
-        acts = activation_bytes(shape, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
-                                cell.precision, getattr(cell, "tensor_parallel", 1),
-                                getattr(cell, "sequence_parallel", False))
-        textbook = offloaded(static, cell.strategy, 0.0, acts)
+        by_rank = [_textbook(cell, r) for r in range(p)]
+        textbook = max(by_rank, key=lambda b: b.total)
         implemented = predict_memory(cell)
+        if p > 1:
+            stages = ([b.total for b in by_rank], [predict_memory(cell, r).total for r in range(p)])
     host = implemented.host if implemented else host_bytes(cell)
     # A trace runs on the CPU, where offloaded bytes and device bytes are one pool: its device peak is the peak
     # less what the strategy keeps on the host (resident the whole step)
@@ -80,6 +104,7 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
         by, nbytes = "as-implemented", implemented.total
     else:
         by, nbytes = "none", 0.0
+    element = 4 if cell.precision == "fp32" else 2
     return Prediction(
         num_parameters=psi,
         memory_bytes=textbook,
@@ -93,11 +118,31 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
         fits_bytes=nbytes,
         flops_per_token=flops_per_token(shape, cell.seq_len),
         recompute_flops_per_token=recompute_flops_per_token(shape, cell.seq_len, cell.activation_checkpointing),
-        comm_bytes_per_step=comm_bytes_per_step(psi_rank, cell.strategy, cell.precision,
-                                                cell.gpus // getattr(cell, "tensor_parallel", 1), cell.grad_accum,
+        comm_bytes_per_step=comm_bytes_per_step(max(stage_parameters(cell, r) for r in range(p)), cell.strategy,
+                                                cell.precision, cell.gpus // (getattr(cell, "tensor_parallel", 1) * p),
+                                                cell.grad_accum,
                                                 shard=getattr(cell, "shard_size", None))
-        + tp_comm_elements(cell) * (4 if cell.precision == "fp32" else 2),
+        + (tp_comm_elements(cell) + p2p_elements(cell) + cp_elements(cell)) * element,
+        pipeline=_pipeline_plan(cell, stages) if p > 1 else None,
+        context_bytes_per_step=cp_elements(cell) * element,
     )
+
+
+def _textbook(cell, rank: int) -> MemoryBreakdown:
+    """The textbook breakdown of pipeline rank `rank` (0 without pipeline parallelism)."""
+    static = static_bytes(stage_parameters(cell, rank), cell.strategy, cell.precision, shard_world(cell))
+    acts = activation_bytes(stage_shape(cell), cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
+                            cell.precision, getattr(cell, "tensor_parallel", 1),
+                            getattr(cell, "sequence_parallel", False), context(cell)) * in_flight(cell, rank)
+    return offloaded(static, cell.strategy, 0.0, acts)
+
+
+def _pipeline_plan(cell, stages: tuple[list[float], list[float]] | None) -> PipelinePlan:
+    p, v, schedule = pipeline(cell)
+    return PipelinePlan(stages=p, schedule=schedule, virtual_stages=v, micro_batches=cell.grad_accum,
+                        bubble_fraction=bubble_fraction(cell), in_flight=[in_flight(cell, r) for r in range(p)],
+                        stage_textbook=stages[0] if stages else [], stage_as_implemented=stages[1] if stages else [],
+                        p2p_bytes_per_step=p2p_elements(cell) * (4 if cell.precision == "fp32" else 2))
 
 
 def traced_only(shape) -> str | None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from suite.axes import checkpoint_every
 from suite.plan.memory import MemoryBreakdown, layered, offloaded, shard_world
+from suite.plan.pipeline import context, in_flight, stage_parameters, stage_shape
 from suite.plan.tensor_parallel import matmul_outputs, matmul_weights, per_rank_parameters, split_parameters
 from suite.strategies import registry
 
@@ -72,7 +73,7 @@ def forward_dtypes(strategy: str | None, precision: str) -> tuple[int, int, bool
     return 4, 2, True
 
 
-def layer_bytes_per_token(shape, mode: str, r: int, c: int, tp: int = 1) -> float:
+def layer_bytes_per_token(shape, mode: str, r: int, c: int, tp: int = 1, sequence_parallel: bool = False) -> float:
     """What one block keeps for backward, per token, under `mode` (none, selective, op-level, full): r, c from
     forward_dtypes.  Counted from the code (models/llama.py, gpt.py):
 
@@ -85,8 +86,10 @@ def layer_bytes_per_token(shape, mode: str, r: int, c: int, tp: int = 1) -> floa
       op-level   the block's input, the odd-numbered matmuls' outputs, the attention output and its logsumexp
       full       the block's input
     plus, for llama, the rotary tables each block keeps (4 x head_dim) and without checkpointing the fp32
-    rotary's copies of q and k."""
+    rotary's copies of q and k.  With sequence parallelism the residual stream (the block's input, the norms'
+    inputs) is split on the sequence: those r h terms / t."""
     h, a = shape.hidden / tp, shape.heads / tp
+    residual = r * shape.hidden / (tp if sequence_parallel else 1)
     mm = matmul_outputs(shape, tp)
     llama = getattr(shape, "family", None) in ("llama", "hf")
     rotary = 4 * (shape.hidden // shape.heads) if llama else 0
@@ -96,29 +99,31 @@ def layer_bytes_per_token(shape, mode: str, r: int, c: int, tp: int = 1) -> floa
         # llama's rotary embedding runs in fp32: q and k are kept as fp32 copies twice (x.float() and its
         # rotation; measured on the trace), with the tables
         fp32_rotary = 2 * 4 * (mm[0] + mm[1]) + rotary if llama else 0
-        return 2 * r * shape.hidden + 7 * c * h + mlp + 4 * a + 8 + fp32_rotary
+        return 2 * residual + 7 * c * h + mlp + 4 * a + 8 + fp32_rotary
     if mode == "selective":
-        return r * shape.hidden + c * sum(mm) + rotary
+        return residual + c * sum(mm) + rotary
     if mode == "op-level":
-        return r * shape.hidden + c * (sum(mm[0::2]) + h) + 4 * a + rotary
+        return residual + c * (sum(mm[0::2]) + h) + 4 * a + rotary
     if mode == "full":
-        return r * shape.hidden + rotary
+        return residual + rotary
     raise ValueError(f"no per-block bytes for activation_checkpointing {mode!r}")
 
 
 def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, precision: str,
-                     tp: int = 1, strategy: str | None = None, vocab_split: int = 1) -> float:
+                     tp: int = 1, strategy: str | None = None, vocab_split: int = 1, ends: bool = True,
+                     sequence_parallel: bool = False) -> float:
     """Activation bytes for one micro-batch over all layers (see layer_bytes_per_token), the fp32
     log-probabilities the loss saves, and under autocast the 16-bit copy of every matmul weight that blocks
-    without checkpointing keep for backward."""
+    without checkpointing keep for backward.  ends=False: a pipeline stage without the head (neither the loss's
+    log-probabilities nor the head's 16-bit copy)."""
     r, c, autocast = forward_dtypes(strategy, precision)
     tokens = seq_len * micro_batch
-    per_layer = {mode: tokens * layer_bytes_per_token(shape, mode, r, c, tp)
+    per_layer = {mode: tokens * layer_bytes_per_token(shape, mode, r, c, tp, sequence_parallel)
                  for mode in ("none", "selective", "op-level", "full")}
     if autocast:  # the weight copies live as long as the block's saved tensors; recomputed when checkpointed
         per_layer["none"] += 2 * matmul_weights(shape, tp)
-    head = 2 * shape.hidden * getattr(shape, "vocab", 0) if autocast else 0
-    loss = _loss_bytes(shape, seq_len, micro_batch) / vocab_split  # loss_parallel: log-probabilities split
+    head = 2 * shape.hidden * getattr(shape, "vocab", 0) if autocast and ends else 0
+    loss = _loss_bytes(shape, seq_len, micro_batch) / vocab_split if ends else 0.0  # loss_parallel: split
     return layered(per_layer, checkpointing, shape.layers) + loss + head
 
 
@@ -140,13 +145,14 @@ def autocast_copies(shape, checkpointing: str, strategy: str | None, precision: 
     return block * (shape.layers // every if every else shape.layers)
 
 
-def peak_extra(cell) -> float:
+def peak_extra(cell, last: bool = True) -> float:
     """What the peak holds beyond the saved activations and the static bytes: the loss's gradients at the start
     of backward or, under autocast with checkpointing, the weight copies autocast caches at the end of forward,
-    whichever is larger (the peak falls there)."""
+    whichever is larger (the peak falls there).  last=False: a pipeline stage without the loss."""
     tp = getattr(cell, "tensor_parallel", 1)
-    temps = loss_temporaries(cell.model, cell.seq_len, cell.micro_batch_size) / vocab_split(cell)
-    copies = autocast_copies(cell.model, cell.activation_checkpointing, cell.strategy, cell.precision, tp)
+    seq = cell.seq_len / context(cell)
+    temps = loss_temporaries(cell.model, seq, cell.micro_batch_size) / vocab_split(cell) if last else 0.0
+    copies = autocast_copies(stage_shape(cell), cell.activation_checkpointing, cell.strategy, cell.precision, tp)
     return max(copies, temps)
 
 
@@ -163,7 +169,7 @@ def vocab_split(cell) -> int:
     return getattr(cell, "tensor_parallel", 1) if getattr(cell, "loss_parallel", False) else 1
 
 
-def whole_embedding_gradient(cell, static: dict[str, float]) -> float:
+def whole_embedding_gradient(cell, static: dict[str, float], params: float) -> float:
     """Bytes beyond the split parameters' gradients: with sequence or loss parallelism the embedding is split on
     the vocabulary (RowwiseParallel), but DTensor's embedding backward (PyTorch 2.11-2.14) returns its gradient
     replicated: V x h whole on every rank until a strategy that shards gradients (zero3, hsdp) reduce-scatters
@@ -173,21 +179,28 @@ def whole_embedding_gradient(cell, static: dict[str, float]) -> float:
         return 0.0
     if registry.get(cell.strategy).shards.gradients:
         return 0.0
-    per = static["gradients"] / per_rank_parameters(cell)
+    per = static["gradients"] / params
     return per * cell.model.vocab * cell.model.hidden * (1 - 1 / tp)
 
 
-def predict_memory(cell) -> MemoryBreakdown:
-    """The as-implemented per-rank breakdown of a cell."""
-    tp = getattr(cell, "tensor_parallel", 1)
-    static = static_bytes(per_rank_parameters(cell), cell.strategy, cell.precision, shard_world(cell))
-    static["gradients"] += whole_embedding_gradient(cell, static)
+def predict_memory(cell, rank: int | None = None) -> MemoryBreakdown:
+    """The as-implemented per-rank breakdown of a cell: of pipeline rank `rank`, or (None) of the pipeline rank
+    whose total is the largest (without pipeline parallelism there is one: 0)."""
+    p = getattr(cell, "pipeline_parallel", 1)
+    if rank is None:
+        return max((predict_memory(cell, r) for r in range(p)), key=lambda b: b.total)
+    tp, last = getattr(cell, "tensor_parallel", 1), rank == p - 1
+    params = stage_parameters(cell, rank)
+    static = static_bytes(params, cell.strategy, cell.precision, shard_world(cell))
+    static["gradients"] += whole_embedding_gradient(cell, static, params) if rank == 0 else 0.0
     working = unsharded_bytes(cell.model, cell.strategy, cell.precision, tp)  # on the device, offloaded or not
     static["parameters"] += working
-    acts = activation_bytes(cell.model, cell.seq_len, cell.micro_batch_size, cell.activation_checkpointing,
-                            cell.precision, tp, cell.strategy, vocab_split(cell))
+    acts = activation_bytes(stage_shape(cell), cell.seq_len / context(cell), cell.micro_batch_size,
+                            cell.activation_checkpointing, cell.precision, tp, cell.strategy, vocab_split(cell),
+                            ends=last, sequence_parallel=getattr(cell, "sequence_parallel", False))
+    acts *= in_flight(cell, rank)
     out = offloaded(static, cell.strategy, working, acts)
-    temps = peak_extra(cell)
+    temps = peak_extra(cell, last)
     # At the peak (the start of backward or the end of forward) FSDP2's gradients are None when a step has one
     # micro-batch: zero_grad set them to None and backward has not made them yet
     spec = registry.get(cell.strategy)  # (offloaded gradients are host bytes: never in the device total)

@@ -57,7 +57,8 @@ def shard_world(cell) -> int:
     shard = getattr(cell, "shard_size", None)
     if shard and registry.get(cell.strategy).shard_group:
         return shard
-    return cell.gpus // getattr(cell, "tensor_parallel", 1)  # the data-parallel ranks
+    # the data- (and context-) parallel ranks that hold the same stage's same tensor-parallel slice
+    return cell.gpus // (getattr(cell, "tensor_parallel", 1) * getattr(cell, "pipeline_parallel", 1))
 
 
 def static_bytes(num_parameters: int, strategy: str, precision: str, world: int) -> dict[str, float]:
@@ -73,12 +74,13 @@ def static_bytes(num_parameters: int, strategy: str, precision: str, world: int)
 
 
 def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, precision: str,
-                     tp: int = 1, sequence_parallel: bool = False) -> float:
+                     tp: int = 1, sequence_parallel: bool = False, context: int = 1) -> float:
     """Textbook activation bytes for one micro-batch over all layers (see the module docstring); with tensor
     parallelism t, Korthikanti et al.'s s b h (10 + 24 / t + 5 a s / (h t)), and with sequence parallelism
     s b h (34 / t + 5 a s / (h t)): the replicated part (and a checkpointed block's input) split on the sequence
-    too (plan/tensor_parallel.py)."""
-    s, b, h, a, layers = seq_len, micro_batch, shape.hidden, shape.heads, shape.layers
+    too (plan/tensor_parallel.py).  With context parallelism c each rank holds s / c of the sequence: every term
+    / c (its queries' scores still span the whole sequence)."""
+    s, b, h, a, layers = seq_len, micro_batch / context, shape.hidden, shape.heads, shape.layers
     scale = 2 if precision == "fp32" else 1
     if checkpointing == "op-level":
         return op_level_layer_bytes(shape, s, b, precision, tp) * layers

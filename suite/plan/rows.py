@@ -31,5 +31,7 @@ def plan_rows(cells, trace: Callable[[Any], Trace | TraceFailure] | None = None)
             "flops_per_token": p.flops_per_token,
             "recompute_flops_per_token": p.recompute_flops_per_token,
             "comm_bytes_per_step": p.comm_bytes_per_step,
+            "context_bytes_per_step": p.context_bytes_per_step,
+            "pipeline": p.pipeline.model_dump() if p.pipeline else None,  # stages, bubble, bytes per stage
         })
     return rows

@@ -57,4 +57,7 @@ def tp_comm_elements(cell) -> float:
         return 0.0
     # full checkpointing recomputes each block's forward in backward: its 2 all-reduces again (12, not 8)
     per = 12.0 if cell.activation_checkpointing == "full" else 8.0
-    return per * cell.seq_len * cell.micro_batch_size * cell.model.hidden * cell.model.layers * cell.grad_accum
+    # a pipeline rank runs its L / p layers; a context-parallel rank s / c of the sequence
+    layers = cell.model.layers / getattr(cell, "pipeline_parallel", 1)
+    seq = cell.seq_len / getattr(cell, "context_parallel", 1)
+    return per * seq * cell.micro_batch_size * cell.model.hidden * layers * cell.grad_accum

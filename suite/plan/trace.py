@@ -46,7 +46,8 @@ MAX_TRACE_WORLD = 65536  # sharding bookkeeping grows with the ranks; beyond thi
 
 # What decides a cell's memory (its id also hashes steps, seed, lr, data: they do not change the trace).
 _TRACE_FIELDS = ("model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus", "shard_size",
-                 "tensor_parallel", "sequence_parallel", "loss_parallel", "micro_batch_size", "bucket_cap_mb")
+                 "tensor_parallel", "sequence_parallel", "loss_parallel", "pipeline_parallel", "pipeline_schedule",
+                 "context_parallel", "micro_batch_size", "bucket_cap_mb")
 
 
 class TraceError(Exception):
@@ -56,7 +57,8 @@ class TraceError(Exception):
 def trace_key(cell) -> str:
     """Cells with the same key have the same trace (see _TRACE_FIELDS; accumulation counted up to 2)."""
     s = cell.settings()
-    # shard_size, tensor_parallel, sequence_parallel, loss_parallel: only in the settings of cells that use them (old keys stay as they were)
+    # the axes added later (shard_size, tensor_parallel, ...): only in the settings of cells that use them (old
+    # keys stay as they were)
     key = {f: s[f] for f in _TRACE_FIELDS if f in s} | {
         "micro_batches": min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES),
         "optimizer": s["optimizer"]["name"],  # always traced with the foreach implementation (traced_cell)
@@ -69,6 +71,10 @@ def check_traceable(cell, layers: int | None = None) -> None:
     depth that will be built (default: the model's)."""
     from suite.strategies import registry
 
+    layout = [f"{a} {getattr(cell, a, 1)}" for a in ("pipeline_parallel", "context_parallel") if getattr(cell, a, 1) > 1]
+    if layout:
+        raise TraceError(f"{' and '.join(layout)}: suite does not run pipeline or context parallelism yet, so there "
+                         "is no code to trace; plan uses the as-implemented model (per pipeline stage)")
     spec = registry.get(cell.strategy)
     if not spec.traceable:
         raise TraceError(f"strategy {cell.strategy} is registered with traceable=False: it cannot run under fake "

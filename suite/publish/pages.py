@@ -16,6 +16,7 @@ from suite.publish.html import (BR, Span, href, joined, link, metric_label, numb
 from suite.publish.series import (HELD_OUT, METRICS, VERDICTS, Group, MachineRuns, Point, ScenarioView, slug,
                                   status_counts)
 from suite import stats
+from suite.axes import in_use
 from suite.compare.comparison import Finding
 from suite.report.templating import trusted
 from suite.results.env import cuda_text, device_text
@@ -205,7 +206,7 @@ def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> st
                         wrap=(verdict_at, verdict_at + 1) if states else (verdict_at,),
                         row_classes=["regression" if p.regressions else "" for _, p in pts])))
     return render("cell.html.j2", title=f"{view.name}: {view.cells.get(cell_id, cell_id)}", root=href(2, ""),
-                  cell_id=cell_id, scenario=view.name, axes=", ".join(f"{k}={v}" for k, v in axes.items()),
+                  cell_id=cell_id, scenario=view.name, axes=", ".join(f"{k}={v}" for k, v in axes.items() if in_use(k, v)),
                   groups=shown)
 
 

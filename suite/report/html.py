@@ -22,7 +22,7 @@ from suite.axes import AXIS_HEADERS
 from suite.report import templating
 from suite.report.figure import Plot
 from suite.report.pivots import Pivot
-from suite.report.tables import (RUN_HEADERS, CellRow, Column, display_columns, fixed_axes, footnotes, groups,
+from suite.report.tables import (RUN_HEADERS, CellRow, Column, display_columns, fixed_line, footnotes, groups,
                                  run_table, text_table)
 from suite.results.reader import Run
 
@@ -113,7 +113,7 @@ class _Embedded(Sequence):
 def report_html(runs: list[Run], rows: list[CellRow], pivots: list[Pivot], plots: Sequence[Plot],
                 group_by: list[str]) -> str:
     page = templating.template(TEMPLATES, "report.html.j2")  # compiled once per process
-    fixed = fixed_axes(rows)
+    fixed = fixed_line(rows)
     columns = display_columns(rows)
     notes: dict[str, int] = {}
     sections = []

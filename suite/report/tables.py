@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from suite import axes, stats
-from suite.axes import AXES, AXIS_HEADERS, varying_axes
+from suite.axes import AXES, AXIS_HEADERS, in_use, varying_axes
 from suite.compat import PINNED_TORCH, is_pinned
 from suite.results.env import cuda_text, device_text
 from suite.results.memory import measured_memory, memory_parts, states_bytes
@@ -247,6 +247,12 @@ def fixed_axes(rows: list[CellRow]) -> dict[str, Any]:
     varying = set(varying_axes(rows))
     return {a: rows[0].get(a) for a in AXES if a not in varying} if rows else {}
 
+
+
+def fixed_line(rows: list[CellRow]) -> dict[str, Any]:
+    """The fixed axes a report states above its tables: those in use (suite.axes.in_use; an unused layout such as
+    tensor_parallel 1 is left out)."""
+    return {a: v for a, v in fixed_axes(rows).items() if in_use(a, v)}
 
 
 def display_columns(rows: list[CellRow]) -> list[Column]:

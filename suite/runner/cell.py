@@ -100,7 +100,12 @@ class CellTraces:
 
 
 def infeasible_reason(cell, prediction, gpu_count: int) -> str | None:
-    """Why the cell cannot run here (None when it can): predicted memory or missing devices."""
+    """Why the cell cannot run here (None when it can): predicted memory, a layout suite plans but cannot run
+    yet (pipeline, context parallelism), or missing devices."""
+    layout = [f"{a} {getattr(cell, a)}" for a in ("pipeline_parallel", "context_parallel") if getattr(cell, a) > 1]
+    if layout:
+        return (f"{' and '.join(layout)}: planned (suite plan), not run: suite has no pipeline- or context-parallel "
+                "worker yet")
     if prediction.fits is False:
         return (f"predicted {prediction.fits_bytes / 1e9:.2f} GB per rank ({prediction.fits_by}) > gpu_memory_gb "
                 f"{cell.gpu_memory_gb:g} GB")

@@ -16,6 +16,8 @@ from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
 
+from suite.axes import in_use
+
 STEP_LINE_EVERY_S = 5.0
 
 
@@ -57,8 +59,9 @@ def _num(x) -> str:
 
 
 def _axes(cell) -> str:
-    """The cell's axes as k=v, leaving out the ones it does not set (None: no shard size, no seed axis, ...)."""
-    return " ".join(f"{k}={v}" for k, v in cell.axes().items() if v is not None)
+    """The cell's axes as k=v, leaving out the ones it does not set (None: no shard size, no seed axis, ...) and
+    the layouts it does not use (tensor_parallel 1, ...: suite.axes.in_use)."""
+    return " ".join(f"{k}={v}" for k, v in cell.axes().items() if v is not None and in_use(k, v))
 
 
 def duration(seconds: float) -> str:

@@ -11,7 +11,8 @@ problem as a `file:line: field: message` line), and `load_scenario` / `expand`, 
     convergence.py      the `convergence:` block: the gates a scenario declares (match, band, quality)
     experiment.py       `Scenario`, its optimizer and Ray settings; the axes come from suite/axes.py
     cell.py             `Cell`, its stable id and label
-    tensor_parallel.py  what tensor parallelism requires of a cell (heads, gpus, strategy)
+    tensor_parallel.py  what tensor (sequence, loss) parallelism requires of a cell (heads, gpus, strategy)
+    pipeline.py         what pipeline and context parallelism require (world, stages, micro-batches, sequence)
     references.py       a gate's references are in the matrix (match, band)
     expand.py           the matrix: product of the axes, excludes, impossible combinations, ids
 """

@@ -61,6 +61,10 @@ class Cell(_Settings):
                                     "tensor-parallel ranks (needs tensor_parallel > 1).")
     loss_parallel: bool = Field(False, description="Head output and cross-entropy sharded on the vocabulary over the "
                                 "tensor-parallel ranks (needs tensor_parallel > 1).")
+    pipeline_parallel: int = Field(1, description="Pipeline stages (1: none).")
+    pipeline_schedule: str | None = Field(None, description="The pipeline schedule (suite.axes.PIPELINE_SCHEDULES); "
+                                          "None without pipeline parallelism.")
+    context_parallel: int = Field(1, description="Context-parallel degree: ranks one sequence is split over.")
     micro_batch_size: int
     global_batch_size: int
     grad_accum: int = Field(description="Micro-batches per rank per optimizer step.")

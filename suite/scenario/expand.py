@@ -16,6 +16,7 @@ from suite.scenario.cell import SHARED, Cell, cell_id, model_label
 from suite.scenario.experiment import Scenario
 from suite.scenario.references import check_band, check_gate_references, check_match, describe as _describe
 from suite.scenario.source import SourceMap, load_scenario
+from suite.scenario.pipeline import check_pipeline_and_context, layout_ranks
 from suite.scenario.tensor_parallel import check_tensor_parallel, data_ranks
 from suite.scenario.yaml_loader import ScenarioError
 from suite.strategies import registry
@@ -34,7 +35,7 @@ def _shard_size(combo: dict[str, Any]) -> int | None:
     if not registry.get(combo["strategy"]).shard_group:
         return None
     # the ranks of one node that tensor parallelism leaves (tensor-parallel groups stay within a node)
-    return combo["shard_size"] or max(1, combo["gpus"] // combo["nodes"] // combo["tensor_parallel"])
+    return combo["shard_size"] or max(1, combo["gpus"] // combo["nodes"] // layout_ranks(combo))
 
 
 def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap) -> list[str]:
@@ -43,8 +44,13 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
     gpus, micro, glob = combo["gpus"], combo["micro_batch_size"], combo["global_batch_size"]
     tp, dp = combo["tensor_parallel"], data_ranks(combo)
     problems += check_tensor_parallel(combo, shape, src)  # also: tp must divide gpus (else dp is meaningless)
-    if gpus % tp == 0 and glob % (micro * dp):
-        ranks = f"gpus {gpus}" if tp == 1 else f"data-parallel ranks {dp} (gpus {gpus} / tensor_parallel {tp})"
+    layout = layout_ranks(combo)
+    divides = gpus % layout == 0 and glob % (micro * dp) == 0
+    problems += check_pipeline_and_context(combo, shape, glob // (micro * dp) if divides else None, src)
+    if gpus % layout == 0 and glob % (micro * dp):
+        ranks = (f"gpus {gpus}" if layout == 1 else
+                 f"data-parallel ranks {dp} (gpus {gpus} / tensor_parallel {tp}" +
+                 "".join(f" / {a} {combo[a]}" for a in ("pipeline_parallel", "context_parallel") if combo[a] > 1) + ")")
         problems.append(
             f"{src.where('global_batch_size')}: global_batch_size {glob} is not divisible by "
             f"micro_batch_size {micro} x {ranks}"
@@ -115,6 +121,9 @@ def expand(scenario: Scenario, source: SourceMap | None = None) -> list[Cell]:
             continue
         ignored = combo["shard_size"] is not None and not registry.get(combo["strategy"]).shard_group
         combo["shard_size"] = _shard_size(combo)
+        if combo["pipeline_parallel"] == 1:  # a schedule means nothing without stages: one cell, no schedule
+            ignored = ignored or len(scenario.axis_values("pipeline_schedule")) > 1
+            combo["pipeline_schedule"] = None
         issues = _check(combo, shape, scenario, src)
         if issues:
             problems.extend(f"{p} (cell {_describe(combo)})" for p in issues)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
-from suite.axes import AXES, CHECKPOINTING, CHECKPOINTING_DOC, PRECISIONS
+from suite.axes import AXES, CHECKPOINTING, CHECKPOINTING_DOC, PIPELINE_SCHEDULES, PRECISIONS
 from suite.machine.policy import QuietPolicy
 from suite.models.own import ModelShape
 from suite.models.presets import PRESETS, UnknownPreset
@@ -25,6 +25,7 @@ from suite.scenario.yaml_loader import clip
 Strategy = StrategyName  # any registered strategy or alias (suite/strategies/registry.py), resolved to its name
 Checkpointing = Literal[CHECKPOINTING]  # the allowed values live in the axis table (suite/axes.py)
 Precision = Literal[PRECISIONS]
+Schedule = Literal[tuple(PIPELINE_SCHEDULES)]  # type: ignore[valid-type]
 
 # Bounds far above any real run: the planner's products stay finite floats, counts fit torch's and OS timers' ints.
 Count = Annotated[int, Field(gt=0, le=1_000_000_000)]
@@ -166,6 +167,18 @@ class Scenario(_Strict):
         "With tensor_parallel t > 1: the head's output stays split on the vocabulary and the cross-entropy is "
         "computed on the shards (PyTorch's loss_parallel): no rank holds the whole (batch, seq, vocab) logits.  "
         "vocab must divide by t.", False)
+    pipeline_parallel: Gpus | list[Gpus] = _axis(
+        "Pipeline stages p (llama, gpt): the blocks split into p consecutive stages (the embedding on the first, "
+        "the final norm and head on the last), the accumulation's micro-batches flowing through them.  The world "
+        "factors as pipeline x data x context x tensor parallel ranks.  Planned (memory per stage, bubble, "
+        "point-to-point traffic); not run yet.", 1)
+    pipeline_schedule: Schedule | list[Schedule] = _axis(
+        " | ".join(PIPELINE_SCHEDULES) + " (with pipeline_parallel > 1; ignored without): gpipe keeps every "
+        "micro-batch's activations, 1f1b at most p on the first stage, interleaved-1f1b holds 2 model chunks per "
+        "rank (the bubble halved), zero-bubble fills the bubble with weight-gradient passes.", "1f1b")
+    context_parallel: Gpus | list[Gpus] = _axis(
+        "Context-parallel degree c: each sequence split over c ranks (ring attention: K and V circulate), for "
+        "long sequences; seq_len must divide by 2c (load-balanced causal chunks).  Planned; not run yet.", 1)
     micro_batch_size: Gpus | list[Gpus] = _axis("Samples per rank per forward pass.", 1)
     global_batch_size: Count | list[Count] = _axis(
         "Samples per optimizer step over all ranks; accumulation = global / (micro x gpus), exactly.", 1

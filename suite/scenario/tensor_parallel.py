@@ -17,8 +17,9 @@ from suite.strategies import registry
 
 
 def data_ranks(combo: dict[str, Any]) -> int:
-    """Ranks of data parallelism: gpus / tensor_parallel."""
-    return max(1, combo["gpus"] // combo["tensor_parallel"])
+    """Ranks of data parallelism: gpus / (tensor_parallel x pipeline_parallel x context_parallel)."""
+    layout = combo["tensor_parallel"] * combo.get("pipeline_parallel", 1) * combo.get("context_parallel", 1)
+    return max(1, combo["gpus"] // layout)
 
 
 def check_sequence_and_loss_parallel(combo: dict[str, Any], shape: Any, src: SourceMap) -> list[str]:

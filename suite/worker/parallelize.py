@@ -36,6 +36,9 @@ def parallelize(model: nn.Module, cell: Cell, device: torch.device) -> Parallel:
     """Checkpointing -> compile -> the cell's strategy, on a model already on `device`."""
     if not hasattr(model, "blocks"):
         raise TypeError(f"{type(model).__name__} has no .blocks; strategies shard and checkpoint per block")
+    if cell.pipeline_parallel > 1 or cell.context_parallel > 1:  # the runner skips these cells (infeasible)
+        raise NotImplementedError(f"pipeline_parallel {cell.pipeline_parallel}, context_parallel "
+                                  f"{cell.context_parallel}: planned only; suite has no worker for them yet")
     apply = get_strategy(cell.strategy)
     mesh = None
     if cell.tensor_parallel > 1:

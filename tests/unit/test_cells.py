@@ -203,7 +203,7 @@ def test_cell_round_trips_through_json():
 def test_axes_lists_every_axis():
     cell = one_cell()
     assert list(cell.axes()) == ["model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus",
-                                 "nodes", "shard_size", "tensor_parallel", "sequence_parallel", "loss_parallel", "micro_batch_size",
-                                 "global_batch_size",
-                                 "seed"]
+                                 "nodes", "shard_size", "tensor_parallel", "sequence_parallel", "loss_parallel",
+                                 "pipeline_parallel", "pipeline_schedule", "context_parallel", "micro_batch_size",
+                                 "global_batch_size", "seed"]
     assert cell.axes()["model"] == "gpt-tiny"

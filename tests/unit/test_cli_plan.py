@@ -13,7 +13,8 @@ from suite.scenario import load_cells, Scenario
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_KEYS = {"cell", "settings", "num_parameters", "memory_bytes", "as_implemented", "analytic", "host_bytes", "traced", "trace_error", "fits",
-            "fits_by", "fits_bytes", "flops_per_token", "recompute_flops_per_token", "comm_bytes_per_step"}
+            "fits_by", "fits_bytes", "flops_per_token", "recompute_flops_per_token", "comm_bytes_per_step",
+            "context_bytes_per_step", "pipeline"}
 MEMORY_KEYS = {"parameters", "gradients", "optimizer_states", "master_weights", "activations", "total", "host",
                "temporaries", "gradients_absent_at_peak"}
 # The keys the issue fixes for scenario files (users and CI scripts write them).

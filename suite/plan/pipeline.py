@@ -1,0 +1,122 @@
+"""Pipeline- and context-parallel arithmetic (pure): what p pipeline stages and c context-parallel ranks change.
+
+Pipeline parallelism (Narayanan et al. 2021; Qi et al. 2023; ../shared/reference.md), p stages, m micro-batches
+per step (the accumulation), v model chunks per rank (suite.axes.PIPELINE_SCHEDULES: 2 for interleaved-1f1b):
+
+- Stages: rank i of the pipeline holds L / p blocks (as v chunks of L / (p v)); rank 0 also the embedding, rank
+  p - 1 the final norm and the head (gpt's tied head: a copy on the last rank).  Tensor parallelism splits each
+  of them as plan/tensor_parallel.py says; ZeRO then shards a rank's bytes over its gpus / (p t) data- and
+  context-parallel peers (FSDP's mesh, as torchtitan's dp_shard x cp).
+- Activations in flight, as micro-batches of one stage's layers, on pipeline rank i:
+      gpipe                 m                                   (every forward before any backward)
+      1f1b, zero-bubble     min(m, p - i)                        (rank 0 holds p)
+      interleaved-1f1b      min(m, (p - i) (1 + (p - 1) / (p v)))  (Korthikanti et al.: 1 + (p-1)/(pv) x 1f1b's)
+  so the first rank is the worst for activations, the last holds the loss's vocabulary-wide tensors too; the
+  cell's peak is the larger of the two (`stage_ranks`).
+- Bubble, as a fraction of the step:
+      gpipe, 1f1b           (p - 1) / (m + p - 1)                (of the ideal time: (p - 1) / m)
+      interleaved-1f1b      (p - 1) / (v m + p - 1)              (the bubble / v)
+      zero-bubble           (p - 1) / (3 m + p - 1)              (ZB-H1: about a third of 1f1b's)
+- Point-to-point per step: each rank sends one (b, s / c, h) activation forward and one gradient backward per
+  micro-batch and chunk boundary: 2 v m s b h / c elements (/ t with sequence parallelism).
+
+Context parallelism (ring attention, c ranks): each rank holds s / c of every sequence (2 load-balanced chunks),
+so its activations and the loss's tensors are / c; each attention passes its K and V blocks around the ring
+c - 1 times in forward and K, V and their gradients in backward: 6 (c - 1) (s / c) b kv elements per layer per
+micro-batch (kv = kv_heads x head_dim; gpt: h), 8 with full checkpointing (the forward runs again).
+"""
+
+from __future__ import annotations
+
+from suite.axes import PIPELINE_SCHEDULES
+from suite.plan.tensor_parallel import per_rank_parameters, split_parameters
+
+
+def pipeline(cell) -> tuple[int, int, str | None]:
+    """(p, v, schedule) of a cell: (1, 1, None) without pipeline parallelism."""
+    p = getattr(cell, "pipeline_parallel", 1)
+    schedule = getattr(cell, "pipeline_schedule", None) if p > 1 else None
+    return p, PIPELINE_SCHEDULES[schedule] if schedule else 1, schedule
+
+
+def context(cell) -> int:
+    return getattr(cell, "context_parallel", 1)
+
+
+def stage_ranks(cell) -> list[int]:
+    """The pipeline ranks whose peak can be the cell's: the first (embedding, most in flight) and the last (head,
+    loss); middle ranks hold less than the first."""
+    p = pipeline(cell)[0]
+    return [0] if p == 1 else [0, p - 1]
+
+
+def stage_layers(cell) -> int:
+    return cell.model.layers // pipeline(cell)[0]
+
+
+def stage_shape(cell):
+    """The model's shape with one pipeline rank's L / p layers (the model itself without pipelining)."""
+    p = pipeline(cell)[0]
+    return cell.model if p == 1 else cell.model.model_copy(update={"layers": stage_layers(cell)})
+
+
+def in_flight(cell, rank: int) -> float:
+    """Micro-batches of activations pipeline rank `rank` holds at its peak (1 without pipeline parallelism: the
+    accumulation runs its micro-batches one after another)."""
+    p, v, schedule = pipeline(cell)
+    m = cell.grad_accum
+    if p == 1:
+        return 1.0
+    if schedule == "gpipe":
+        return float(m)
+    if schedule == "interleaved-1f1b":
+        return min(float(m), (p - rank) * (1 + (p - 1) / (p * v)))
+    return float(min(m, p - rank))
+
+
+def bubble_fraction(cell) -> float:
+    """The share of a step the pipeline's ranks sit idle (0 without pipeline parallelism)."""
+    p, v, schedule = pipeline(cell)
+    m = cell.grad_accum
+    if p == 1:
+        return 0.0
+    work = {"interleaved-1f1b": v * m, "zero-bubble": 3 * m}.get(schedule, m)
+    return (p - 1) / (work + p - 1)
+
+
+def stage_parameters(cell, rank: int) -> float:
+    """Parameters pipeline rank `rank` holds before ZeRO sharding (tensor parallelism's split applied)."""
+    p = pipeline(cell)[0]
+    if p == 1:
+        return per_rank_parameters(cell)
+    shape, t = cell.model, getattr(cell, "tensor_parallel", 1)
+    h, vocab = shape.hidden, shape.vocab
+    block = shape.block_parameters() - split_parameters(shape) * (1 - 1 / t) if t > 1 else shape.block_parameters()
+    ends_split = t if (getattr(cell, "sequence_parallel", False) or getattr(cell, "loss_parallel", False)) else 1
+    out = stage_layers(cell) * block
+    if rank == 0:
+        out += vocab * h / ends_split + (shape.max_seq_len * h if shape.family == "gpt" else 0)
+    if rank == p - 1:
+        out += vocab * h / ends_split + (2 * h if shape.family == "gpt" else h)  # gpt: the tied head's copy
+    return out
+
+
+def p2p_elements(cell) -> float:
+    """Elements one pipeline rank sends per step to its neighbours (0 without pipeline parallelism)."""
+    p, v, _ = pipeline(cell)
+    if p == 1:
+        return 0.0
+    t = getattr(cell, "tensor_parallel", 1) if getattr(cell, "sequence_parallel", False) else 1
+    return 2.0 * v * cell.grad_accum * cell.seq_len / context(cell) * cell.micro_batch_size * cell.model.hidden / t
+
+
+def cp_elements(cell) -> float:
+    """Elements one context-parallel rank sends per step around the ring (0 without context parallelism)."""
+    c = context(cell)
+    if c == 1:
+        return 0.0
+    shape = cell.model
+    kv = shape.kv_heads * (shape.hidden // shape.heads) if hasattr(shape, "kv_heads") else shape.hidden
+    kv /= getattr(cell, "tensor_parallel", 1)
+    per = 8.0 if cell.activation_checkpointing == "full" else 6.0
+    return per * (c - 1) * cell.seq_len / c * cell.micro_batch_size * kv * stage_layers(cell) * cell.grad_accum

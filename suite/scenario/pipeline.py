@@ -1,0 +1,61 @@
+"""Checks of the pipeline and context axes against a cell's model and batch (used by cells.expand).  Each
+problem names the field's line and the numbers.
+
+- The world factors as pipeline x data x context x tensor-parallel ranks: p x c x t must divide gpus.
+- Pipeline stages are consecutive blocks of a llama or gpt model (the embedding on the first stage, the final
+  norm and head on the last): p x v stages (v model chunks per rank: suite.axes.PIPELINE_SCHEDULES) must divide
+  the layers.  The micro-batches of a step (the accumulation) flow through them: 1f1b, interleaved-1f1b and
+  zero-bubble need at least p of them (fewer leave a stage with nothing to overlap), and interleaved-1f1b a
+  multiple of p (PyTorch's interleaved schedules require it).
+- Context parallelism splits each sequence over c ranks in 2c chunks (each rank takes one from the head and one
+  from the tail, so the causal mask's work is balanced): 2c must divide seq_len.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from suite.axes import PIPELINE_SCHEDULES
+from suite.scenario.source import SourceMap
+
+
+def layout_ranks(combo: dict[str, Any]) -> int:
+    """Ranks one data-parallel replica spans: pipeline x context x tensor parallel."""
+    return combo["pipeline_parallel"] * combo["context_parallel"] * combo["tensor_parallel"]
+
+
+def check_pipeline_and_context(combo: dict[str, Any], shape: Any, micro_batches: int | None,
+                               src: SourceMap) -> list[str]:
+    """micro_batches: the accumulation the batch sizes give (None when they do not divide: reported elsewhere)."""
+    pp, cp, tp, gpus = combo["pipeline_parallel"], combo["context_parallel"], combo["tensor_parallel"], combo["gpus"]
+    if pp == 1 and cp == 1:
+        return []
+    problems = []
+    if gpus % layout_ranks(combo):
+        problems.append(f"{src.where('pipeline_parallel' if pp > 1 else 'context_parallel')}: pipeline_parallel {pp} "
+                        f"x context_parallel {cp} x tensor_parallel {tp} = {layout_ranks(combo)} does not divide gpus "
+                        f"{gpus}: the world must factor as pipeline x data x context x tensor-parallel ranks")
+    family = getattr(shape, "family", None)
+    for axis, n, what in (("pipeline_parallel", pp, "stages are split by blocks"),
+                          ("context_parallel", cp, "the sequence is split inside its attention")):
+        if n > 1 and family not in ("llama", "gpt"):
+            problems.append(f"{src.where(axis)}: {axis} {n} needs a llama or gpt model, not {family} ({what})")
+    if pp > 1 and family in ("llama", "gpt"):
+        schedule = combo["pipeline_schedule"]
+        v = PIPELINE_SCHEDULES[schedule]
+        if shape.layers % (pp * v):
+            stages = f"{pp} x {v} model chunks per rank ({schedule}) = {pp * v} stages" if v > 1 else f"{pp} stages"
+            problems.append(f"{src.where('pipeline_parallel')}: pipeline_parallel {stages} do not divide the "
+                            f"{shape.layers} layers of the model")
+        if micro_batches is not None and schedule != "gpipe" and micro_batches < pp:
+            problems.append(f"{src.where('pipeline_schedule')}: pipeline_schedule {schedule} needs at least "
+                            f"pipeline_parallel {pp} micro-batches per step; global_batch_size / (micro_batch_size x "
+                            f"data-parallel ranks) gives {micro_batches}")
+        elif micro_batches is not None and v > 1 and micro_batches % pp:
+            problems.append(f"{src.where('pipeline_schedule')}: pipeline_schedule {schedule} needs micro-batches per "
+                            f"step a multiple of pipeline_parallel {pp}; got {micro_batches}")
+    seq = combo["seq_len"]
+    if cp > 1 and seq is not None and seq % (2 * cp):
+        problems.append(f"{src.where('context_parallel')}: context_parallel {cp} splits each sequence into 2 x {cp} = "
+                        f"{2 * cp} load-balanced chunks, which does not divide seq_len {seq}")
+    return problems

@@ -1,0 +1,139 @@
+"""Pipeline and context parallelism, planned: what validate refuses (naming the numbers), the arithmetic of
+plan/pipeline.py (bubble, micro-batches in flight, parameters per stage, point-to-point and ring traffic), the
+worst stage as the cell's bytes, the curated frontier scenarios planned on this machine, and the honest refusal
+to run or trace them (suite has no pipeline- or context-parallel worker yet)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from suite.plan import predict
+from suite.plan.implemented import predict_memory
+from suite.plan.pipeline import bubble_fraction, cp_elements, in_flight, p2p_elements, stage_parameters
+from suite.plan.trace import TraceError, check_traceable
+from suite.runner.cell import infeasible_reason
+from suite.scenario import ScenarioError
+from suite.testing.builders import make_cell
+
+ROOT = Path(__file__).resolve().parents[2]
+DEEP = {"family": "llama", "layers": 8, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 172, "vocab": 256}
+
+
+def pp(p=4, schedule="1f1b", m=8, **extra):
+    return make_cell(model=DEEP, gpus=p, pipeline_parallel=p, pipeline_schedule=schedule, micro_batch_size=1,
+                     global_batch_size=m, **extra)
+
+
+@pytest.mark.parametrize("settings,message", [
+    (dict(model=DEEP, gpus=6, pipeline_parallel=4, global_batch_size=12),
+     "pipeline_parallel 4 x context_parallel 1 x tensor_parallel 1 = 4 does not divide gpus 6"),
+    (dict(model=DEEP, gpus=3, pipeline_parallel=3, global_batch_size=3),
+     "pipeline_parallel 3 stages do not divide the 8 layers of the model"),
+    (dict(model=DEEP, gpus=4, pipeline_parallel=4, pipeline_schedule="interleaved-1f1b", global_batch_size=8),
+     "pipeline_parallel 4 x 2 model chunks per rank (interleaved-1f1b) = 8 stages"),  # 8 divides 8: no error...
+    (dict(model=DEEP, gpus=4, pipeline_parallel=4, global_batch_size=2),
+     "pipeline_schedule 1f1b needs at least pipeline_parallel 4 micro-batches per step; global_batch_size / "
+     "(micro_batch_size x data-parallel ranks) gives 2"),
+    (dict(model=DEEP, gpus=4, pipeline_parallel=4, pipeline_schedule="interleaved-1f1b", global_batch_size=6),
+     "pipeline_schedule interleaved-1f1b needs micro-batches per step a multiple of pipeline_parallel 4; got 6"),
+    (dict(model=DEEP, gpus=4, context_parallel=4, seq_len=36),
+     "context_parallel 4 splits each sequence into 2 x 4 = 8 load-balanced chunks, which does not divide seq_len 36"),
+    (dict(model="vit-cifar10", seq_len=None, gpus=2, pipeline_parallel=2, global_batch_size=4),
+     "pipeline_parallel 2 needs a llama or "
+     "gpt model, not vit"),
+])
+def test_bad_layouts_are_refused_naming_the_numbers(settings, message):
+    if "= 8 stages" in message:  # 4 x 2 = 8 stages over 8 layers is fine: the same layout on 6 layers is not
+        make_cell(**{**settings, "micro_batch_size": 1})
+        settings = {**settings, "model": {**DEEP, "layers": 6}}
+        message += " do not divide the 6 layers of the model"
+    with pytest.raises(ScenarioError) as err:
+        make_cell(**{"micro_batch_size": 1, **settings})
+    assert message in str(err.value)
+
+
+def test_a_schedule_without_stages_is_one_cell_and_old_ids_hold():
+    plain = make_cell(model=DEEP, gpus=2, global_batch_size=2, micro_batch_size=1)
+    swept = make_cell(model=DEEP, gpus=2, global_batch_size=2, micro_batch_size=1, pipeline_schedule="gpipe")
+    assert plain.id == swept.id and plain.pipeline_schedule is None
+    assert not {"pipeline_parallel", "pipeline_schedule", "context_parallel"} & set(plain.settings())
+
+
+@pytest.mark.parametrize("schedule,bubble", [("gpipe", 3 / 11), ("1f1b", 3 / 11), ("interleaved-1f1b", 3 / 19),
+                                             ("zero-bubble", 3 / 27)])
+def test_bubble_fractions(schedule, bubble):
+    cell = pp(4, schedule, 8)
+    assert bubble_fraction(cell) == pytest.approx(bubble)
+    plan = predict(cell).pipeline
+    assert plan.bubble_fraction == pytest.approx(bubble) and plan.micro_batches == 8 and plan.stages == 4
+
+
+def test_micro_batches_in_flight_per_schedule():
+    assert [in_flight(pp(4, "1f1b", 8), r) for r in range(4)] == [4, 3, 2, 1]
+    assert [in_flight(pp(4, "gpipe", 8), r) for r in range(4)] == [8, 8, 8, 8]
+    assert in_flight(pp(4, "interleaved-1f1b", 8), 0) == pytest.approx(4 * (1 + 3 / 8))
+    assert in_flight(pp(2, "1f1b", 2), 0) == 2
+
+
+def test_stages_hold_the_model_once_and_the_worst_stage_is_the_cells():
+    cell = pp(4, "1f1b", 8)
+    assert sum(stage_parameters(cell, r) for r in range(4)) == cell.model.num_parameters()
+    shape = cell.model
+    assert stage_parameters(cell, 1) == 2 * shape.block_parameters()  # a middle stage: its blocks only
+    plan = predict(cell)
+    assert len(plan.pipeline.stage_as_implemented) == 4
+    assert plan.as_implemented.total == max(plan.pipeline.stage_as_implemented)
+    assert predict_memory(cell, 0).activations > predict_memory(cell, 2).activations  # 4 in flight vs 2
+    gpipe = predict(pp(4, "gpipe", 8))
+    assert gpipe.as_implemented.total > plan.as_implemented.total  # gpipe keeps all 8 micro-batches
+
+
+def test_point_to_point_and_ring_traffic():
+    cell = pp(4, "interleaved-1f1b", 8, seq_len=32)
+    assert p2p_elements(cell) == 2 * 2 * 8 * 32 * 1 * 64  # 2 (act + grad) x v x m x s b h
+    cp = make_cell(model=DEEP, gpus=4, context_parallel=4, seq_len=64, micro_batch_size=1, global_batch_size=1)
+    kv = 2 * 64 // 4
+    assert cp_elements(cp) == 6 * 3 * (64 / 4) * 1 * kv * 8
+    assert predict(cp).context_bytes_per_step == 4 * cp_elements(cp)
+
+
+def test_context_parallelism_divides_the_activations_by_c():
+    one = make_cell(model=DEEP, gpus=2, seq_len=32, micro_batch_size=1, global_batch_size=2)
+    two = make_cell(model=DEEP, gpus=2, seq_len=64, context_parallel=2, micro_batch_size=1, global_batch_size=1)
+    assert predict_memory(two).activations == pytest.approx(predict_memory(one).activations)  # 32 tokens a rank
+
+
+def test_pipeline_and_context_cells_are_planned_not_run_nor_traced():
+    for cell in (pp(4, "1f1b", 8), make_cell(model=DEEP, gpus=2, context_parallel=2, seq_len=64,
+                                             micro_batch_size=1, global_batch_size=1)):
+        reason = infeasible_reason(cell, predict(cell), gpu_count=8)
+        assert reason is not None and "planned (suite plan), not run" in reason
+        with pytest.raises(TraceError, match="no code to trace"):
+            check_traceable(cell)
+
+
+@pytest.mark.parametrize("name", ["frontier", "frontier-long-context"])
+def test_the_frontier_scenarios_are_planned_here(name):
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "suite", "plan", str(ROOT / "scenarios" / f"{name}.yaml"), "--json",
+                          "--no-trace"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert time.perf_counter() - start < 60
+    if name == "frontier":
+        by = {r["settings"]["pipeline_schedule"]: r for r in rows}
+        assert set(by) == {"1f1b", "interleaved-1f1b", "gpipe"}
+        assert all(r["settings"]["gpus"] == 512 and len(r["pipeline"]["stage_as_implemented"]) == 8 for r in rows)
+        assert by["1f1b"]["fits"] and by["interleaved-1f1b"]["fits"] and not by["gpipe"]["fits"]
+        assert by["interleaved-1f1b"]["pipeline"]["bubble_fraction"] < by["1f1b"]["pipeline"]["bubble_fraction"]
+    else:
+        mem = {(r["settings"]["seq_len"], r["settings"]["context_parallel"]): r["as_implemented"]["total"]
+               for r in rows}
+        assert mem[(131072, 8)] < mem[(131072, 4)] < mem[(131072, 2)] < mem[(131072, 1)]
+        assert mem[(131072, 2)] == pytest.approx(mem[(65536, 1)], rel=0.05)  # the same tokens per rank

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterable
 
 from suite.results.schema import RankRecord
 from suite.scenario import Cell
@@ -98,3 +99,28 @@ def run_group(cells: list[Cell], out_root: Path, world: int = 2, timeout: float 
         logs = "\n".join((out_root / f"group_rank{r}.log").read_text()[-3000:] for r in range(world))
         raise RuntimeError(f"group ranks exited {codes}:\n{logs}")
     return {c.id: read_records(out_root / c.id, world) for c in cells}
+
+
+def run_named_groups(groups: dict[int, dict[str, dict]], mktemp, make_cell) -> dict[str, tuple[Cell, list[RankRecord]]]:
+    """{world: {name: make_cell settings}} -> {name: (cell, its rank records)}: one spawned group per world size
+    (`mktemp(name)` gives each group's folder, e.g. pytest's tmp_path_factory.mktemp)."""
+    out = {}
+    for world, group in groups.items():
+        cells = {name: make_cell(**settings) for name, settings in group.items()}
+        records = run_group(list(cells.values()), mktemp(f"group-{world}"), world=world)
+        out.update({name: (cells[name], records[cell.id]) for name, cell in cells.items()})
+    return out
+
+
+def one_rank_references(layouts: Iterable[dict], out: Path, make_cell, **settings) -> dict[int, RankRecord]:
+    """{global batch size: the 1-rank ddp run's record} for every global batch size among `layouts` (make_cell
+    settings; the reference a multi-rank layout must reproduce), each cell made with `settings` (model, ...)."""
+    from suite.worker.main import run_worker
+
+    refs = {}
+    for gbs in sorted({o["global_batch_size"] for o in layouts}):
+        record = run_worker(make_cell(gpus=1, strategy="ddp", global_batch_size=gbs, **settings), out / str(gbs))
+        if record.status != "ok":
+            raise RuntimeError(f"the 1-rank reference (global batch {gbs}) failed: {record.error}")
+        refs[gbs] = record
+    return refs

@@ -3,7 +3,14 @@ data parallelism: strategy ddp) and zero3 x tp on 4 ranks (a 2 x 2 mesh: FSDP2 o
 DTensors split over tp), with and without accumulation and checkpointing (fp32, rtol 1e-4); bytes per rank as
 the planner says.  What would fail: a rank of a tensor-parallel group reading another data slice than its
 partner (the curve drifts at once), a projection split on the wrong dimension (the shapes or the sums go wrong),
-replicated parameters left unsynchronized across the data-parallel ranks (the curves drift)."""
+replicated parameters left unsynchronized across the data-parallel ranks (the curves drift).
+
+With sequence and loss parallelism (the same groups: one spawn per world size): TP 2 + SP, TP 2 + LP, TP 2 + SP
++ LP with 2 micro-batches and full checkpointing (ddp, 2 ranks), zero3 x TP 2 + SP + LP on 4 ranks; losses and
+gradient norms at rtol 1e-5.  What would fail there: a norm run on half the sequence whose gain gradient is not
+summed over the tensor-parallel ranks (the curves drift from step 2), a reduce-scatter onto the wrong dimension,
+a vocabulary-split cross-entropy whose max or sum is not reduced (the loss is off at step 1), the loss context
+left out of backward (an error)."""
 
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ import pytest
 from suite.plan import predict
 from suite.plan.implemented import unsharded_bytes
 from suite.testing.builders import make_cell
-from suite.testing.spawn import run_group
+from suite.testing.spawn import one_rank_references, run_group, run_named_groups
 from suite.worker.main import run_worker
 
 TP = dict(model="llama-tiny", tensor_parallel=2, micro_batch_size=1)
@@ -23,29 +30,29 @@ GROUPS = {
         "zero3-tp2-a2-selective": dict(TP, strategy="zero3", gpus=4, global_batch_size=8,
                                        activation_checkpointing="selective")},
 }
+SEQUENCE = {
+    2: {"sp": dict(TP, strategy="ddp", gpus=2, global_batch_size=2, sequence_parallel=True),
+        "lp": dict(TP, strategy="ddp", gpus=2, global_batch_size=2, loss_parallel=True),
+        "sp-lp-a2-full": dict(TP, strategy="ddp", gpus=2, global_batch_size=4, sequence_parallel=True,
+                              loss_parallel=True, activation_checkpointing="full")},
+    4: {"zero3-sp-lp": dict(TP, strategy="zero3", gpus=4, global_batch_size=4, sequence_parallel=True,
+                            loss_parallel=True)},
+}
 NAMES = [(world, name) for world, group in GROUPS.items() for name in group]
+SEQUENCE_NAMES = [(world, name) for world, group in SEQUENCE.items() for name in group]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
 def groups(tmp_path_factory):
-    out = {}
-    for world, group in GROUPS.items():
-        cells = {name: make_cell(**o) for name, o in group.items()}
-        records = run_group(list(cells.values()), tmp_path_factory.mktemp(f"tp-{world}"), world=world)
-        out.update({name: (cells[name], records[cell.id]) for name, cell in cells.items()})
-    return out
+    both = {world: {**GROUPS[world], **SEQUENCE[world]} for world in GROUPS}
+    return run_named_groups(both, tmp_path_factory.mktemp, make_cell)
 
 
 @pytest.fixture(scope="module")
 def references(tmp_path_factory):
-    out, refs = tmp_path_factory.mktemp("tp-refs"), {}
-    for gbs in sorted({o["global_batch_size"] for g in GROUPS.values() for o in g.values()}):
-        cell = make_cell(model="llama-tiny", gpus=1, strategy="ddp", global_batch_size=gbs)
-        record = run_worker(cell, out / str(gbs))
-        assert record.status == "ok", record.error
-        refs[gbs] = record.losses
-    return refs
+    layouts = [o for group in (*GROUPS.values(), *SEQUENCE.values()) for o in group.values()]
+    return one_rank_references(layouts, tmp_path_factory.mktemp("tp-refs"), make_cell, model="llama-tiny")
 
 
 @pytest.mark.parametrize("world,name", NAMES)
@@ -53,7 +60,7 @@ def test_tensor_parallel_matches_the_one_rank_reference(world, name, groups, ref
     cell, records = groups[name]
     assert len(records) == world and all(r.status == "ok" for r in records), [r.error for r in records]
     assert all(r.losses == records[0].losses for r in records)
-    assert records[0].losses == pytest.approx(references[cell.global_batch_size], rel=1e-4)
+    assert records[0].losses == pytest.approx(references[cell.global_batch_size].losses, rel=1e-4)
     assert cell.grad_accum == cell.global_batch_size // (world // 2)
 
 
@@ -83,3 +90,25 @@ def test_hsdp_times_tp_on_a_3d_mesh_matches_the_reference(tmp_path):
     assert records[0].extra["mesh"] == [2, 2]  # FSDP2's (replicate, shard) part of the (2, 2, 2) mesh
     assert records[0].losses == pytest.approx(ref.losses, rel=1e-4)
     assert records[0].tensor_bytes.gradients == pytest.approx(predict(cell).as_implemented.gradients, rel=0.05)
+
+
+@pytest.mark.parametrize("world,name", SEQUENCE_NAMES)
+def test_sequence_and_loss_parallel_match_the_one_rank_reference(world, name, groups, references):
+    cell, records = groups[name]
+    assert len(records) == world and all(r.status == "ok" for r in records), [r.error for r in records]
+    ref = references[cell.global_batch_size]
+    assert all(r.losses == records[0].losses for r in records)
+    assert records[0].losses == pytest.approx(ref.losses, rel=1e-5)
+    assert records[0].grad_norms == pytest.approx(ref.grad_norms, rel=1e-5)
+
+
+def test_the_split_embedding_and_head_are_the_planners_bytes(groups):
+    """With sequence parallelism the embedding and the head are split on the vocabulary: fewer bytes than
+    tensor parallelism alone, as the planner says."""
+    cell, records = groups["sp"]
+    p = predict(cell).as_implemented
+    for r in records:
+        assert r.tensor_bytes.optimizer_states == pytest.approx(p.optimizer_states, rel=0.05)
+        assert r.tensor_bytes.gradients == pytest.approx(p.gradients, rel=0.05)
+    plain = predict(make_cell(**{**SEQUENCE[2]["sp"], "sequence_parallel": False})).as_implemented
+    assert p.gradients < plain.gradients

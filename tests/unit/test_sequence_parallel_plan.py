@@ -1,7 +1,7 @@
 """Sequence and loss parallelism before anything runs: what validate refuses (with the field and the numbers),
 the planner's arithmetic (Korthikanti et al.'s 34 / t with SP; the embedding and head split on the vocabulary;
 the loss's vocabulary-wide tensors / t with LP), cell ids and trace keys of older cells unchanged, and the plan
-table's columns.  The runs themselves are tests/dist/test_sequence_parallel.py."""
+table's columns.  The runs themselves are tests/dist/test_tensor_parallel.py."""
 
 from __future__ import annotations
 

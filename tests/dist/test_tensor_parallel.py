@@ -23,6 +23,7 @@ from suite.testing.spawn import one_rank_references, run_group, run_named_groups
 from suite.worker.main import run_worker
 
 TP = dict(model="llama-tiny", tensor_parallel=2, micro_batch_size=1)
+EVAL = {"every_steps": 3, "batches": 1}  # held-out loss of the vocabulary-split logits (gathered for evaluation)
 GROUPS = {
     2: {"tp2": dict(TP, strategy="ddp", gpus=2, global_batch_size=2),
         "tp2-a2-full": dict(TP, strategy="ddp", gpus=2, global_batch_size=4, activation_checkpointing="full")},
@@ -34,7 +35,7 @@ SEQUENCE = {
     2: {"sp": dict(TP, strategy="ddp", gpus=2, global_batch_size=2, sequence_parallel=True),
         "lp": dict(TP, strategy="ddp", gpus=2, global_batch_size=2, loss_parallel=True),
         "sp-lp-a2-full": dict(TP, strategy="ddp", gpus=2, global_batch_size=4, sequence_parallel=True,
-                              loss_parallel=True, activation_checkpointing="full")},
+                              loss_parallel=True, activation_checkpointing="full", eval=EVAL)},
     4: {"zero3-sp-lp": dict(TP, strategy="zero3", gpus=4, global_batch_size=4, sequence_parallel=True,
                             loss_parallel=True)},
 }
@@ -52,7 +53,8 @@ def groups(tmp_path_factory):
 @pytest.fixture(scope="module")
 def references(tmp_path_factory):
     layouts = [o for group in (*GROUPS.values(), *SEQUENCE.values()) for o in group.values()]
-    return one_rank_references(layouts, tmp_path_factory.mktemp("tp-refs"), make_cell, model="llama-tiny")
+    return one_rank_references(layouts, tmp_path_factory.mktemp("tp-refs"), make_cell, model="llama-tiny",
+                               eval=EVAL)  # evaluation reads the model: the training curves are the same
 
 
 @pytest.mark.parametrize("world,name", NAMES)
@@ -100,6 +102,9 @@ def test_sequence_and_loss_parallel_match_the_one_rank_reference(world, name, gr
     assert all(r.losses == records[0].losses for r in records)
     assert records[0].losses == pytest.approx(ref.losses, rel=1e-5)
     assert records[0].grad_norms == pytest.approx(ref.grad_norms, rel=1e-5)
+    if cell.eval is not None:
+        assert [e.loss for e in records[0].eval] == pytest.approx([e.loss for e in ref.eval], rel=1e-5)
+        assert len(records[0].eval) == 2
 
 
 def test_the_split_embedding_and_head_are_the_planners_bytes(groups):

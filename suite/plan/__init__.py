@@ -83,7 +83,6 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
     `trace`: the cell's Trace (or why tracing failed) from suite.plan.trace, when it was traced."""
     shape = cell.model
     psi = shape.num_parameters()
-    psi_rank = per_rank_parameters(cell)  # psi, or less under tensor parallelism
     traced = trace if isinstance(trace, Trace) else None
     why = traced_only(shape)
     textbook = implemented = None
@@ -91,10 +90,11 @@ def predict(cell, trace: Trace | TraceFailure | None = None) -> Prediction:
     stages = None
     if why is None:
         by_rank = [_textbook(cell, r) for r in range(p)]
+        as_built = [predict_memory(cell, r) for r in range(p)]  # every pipeline rank (one without pipelining)
         textbook = max(by_rank, key=lambda b: b.total)
-        implemented = predict_memory(cell)
+        implemented = max(as_built, key=lambda b: b.total)
         if p > 1:
-            stages = ([b.total for b in by_rank], [predict_memory(cell, r).total for r in range(p)])
+            stages = ([b.total for b in by_rank], [b.total for b in as_built])
     host = implemented.host if implemented else host_bytes(cell)
     # A trace runs on the CPU, where offloaded bytes and device bytes are one pool: its device peak is the peak
     # less what the strategy keeps on the host (resident the whole step)

@@ -14,9 +14,9 @@ from suite.models.own import fixed_seq_len
 from suite.models.presets import GptShape, resolve
 from suite.scenario.cell import SHARED, Cell, cell_id, model_label
 from suite.scenario.experiment import Scenario
+from suite.scenario.pipeline import check_pipeline_and_context, layout_ranks
 from suite.scenario.references import check_band, check_gate_references, check_match, describe as _describe
 from suite.scenario.source import SourceMap, load_scenario
-from suite.scenario.pipeline import check_pipeline_and_context, layout_ranks
 from suite.scenario.tensor_parallel import check_tensor_parallel, data_ranks
 from suite.scenario.yaml_loader import ScenarioError
 from suite.strategies import registry

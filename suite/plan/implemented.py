@@ -151,7 +151,9 @@ def peak_extra(cell, last: bool = True) -> float:
     whichever is larger (the peak falls there).  last=False: a pipeline stage without the loss."""
     tp = getattr(cell, "tensor_parallel", 1)
     seq = cell.seq_len / context(cell)
-    temps = loss_temporaries(cell.model, seq, cell.micro_batch_size) / vocab_split(cell) if last else 0.0
+    # not / t under loss parallelism: its backward holds vocabulary-wide temporaries as large as without it
+    # (traced, PyTorch 2.14: 8 V bytes a token either way); only the saved log-probabilities are split
+    temps = loss_temporaries(cell.model, seq, cell.micro_batch_size) if last else 0.0
     copies = autocast_copies(stage_shape(cell), cell.activation_checkpointing, cell.strategy, cell.precision, tp)
     return max(copies, temps)
 

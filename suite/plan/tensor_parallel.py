@@ -10,7 +10,8 @@
       s b h (10 + 24 / t + 5 a s / (h t))
   the residual stream, norms and their inputs are replicated (10), the attention and MLP interiors split (24);
   with sequence parallelism the replicated part is split on the sequence too: s b h (34 / t + 5 a s / (h t)).
-  Loss parallelism keeps the (b, s, V) logits (and their fp32 copy for the loss) split: V / t per rank.
+  Loss parallelism keeps the (b, s, V) logits (and their fp32 copy for the loss) split: V / t per rank; the
+  temporaries of its backward are not (traced: as large as without it).
 - Communication per micro-batch: one all-reduce of the (b, s, h) activations after attention and one after the
   MLP in forward, two of their input gradients in backward: 4 all-reduces of s b h elements per layer, 2 x each
   for a ring (as comm.py counts all-reduces): 8 s b h L elements per rank per micro-batch (12 with full

@@ -35,7 +35,7 @@ from __future__ import annotations
 from suite.axes import checkpoint_every
 from suite.plan.memory import MemoryBreakdown, layered, offloaded, shard_world
 from suite.plan.pipeline import context, in_flight, stage_parameters, stage_shape
-from suite.plan.tensor_parallel import matmul_outputs, matmul_weights, per_rank_parameters, split_parameters
+from suite.plan.tensor_parallel import matmul_outputs, matmul_weights, split_parameters
 from suite.strategies import registry
 
 
@@ -166,7 +166,7 @@ def _loss_bytes(shape, seq_len: int, micro_batch: int) -> float:
 
 
 def vocab_split(cell) -> int:
-    """t with loss parallelism (the logits, their log-probabilities and gradients split on the vocabulary),
+    """t with loss parallelism (the logits and the log-probabilities the loss saves split on the vocabulary),
     else 1."""
     return getattr(cell, "tensor_parallel", 1) if getattr(cell, "loss_parallel", False) else 1
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 from suite.axes import checkpoint_every
 from suite.plan.memory import MemoryBreakdown, layered, offloaded, shard_world
 from suite.plan.pipeline import context, in_flight, stage_parameters, stage_shape
-from suite.plan.tensor_parallel import matmul_outputs, matmul_weights, split_parameters
+from suite.plan.tensor_parallel import block_parameters, ends_split, matmul_outputs, matmul_weights
 from suite.strategies import registry
 
 
@@ -55,7 +55,7 @@ def unsharded_bytes(shape, strategy: str, precision: str, tp: int = 1) -> float:
     blocks = registry.get(strategy).holds(precision).unsharded_blocks
     if not blocks:
         return 0.0
-    block = shape.block_parameters() - (split_parameters(shape) * (1 - 1 / tp) if tp > 1 else 0)
+    block = block_parameters(shape, tp)
     root = shape.num_parameters() - shape.layers * shape.block_parameters()
     return (2 if precision != "fp32" else 4) * (root + blocks * block)
 
@@ -176,13 +176,11 @@ def whole_embedding_gradient(cell, static: dict[str, float], params: float) -> f
     the vocabulary (RowwiseParallel), but DTensor's embedding backward (PyTorch 2.11-2.14) returns its gradient
     replicated: V x h whole on every rank until a strategy that shards gradients (zero3, hsdp) reduce-scatters
     it.  So ddp (tensor parallelism alone) keeps (1 - 1/t) V h more gradient than the split says."""
-    tp = getattr(cell, "tensor_parallel", 1)
-    if tp == 1 or not (getattr(cell, "sequence_parallel", False) or getattr(cell, "loss_parallel", False)):
-        return 0.0
-    if registry.get(cell.strategy).shards.gradients:
+    split = ends_split(cell)
+    if split == 1 or registry.get(cell.strategy).shards.gradients:
         return 0.0
     per = static["gradients"] / params
-    return per * cell.model.vocab * cell.model.hidden * (1 - 1 / tp)
+    return per * cell.model.vocab * cell.model.hidden * (1 - 1 / split)
 
 
 def predict_memory(cell, rank: int | None = None) -> MemoryBreakdown:

@@ -29,7 +29,7 @@ micro-batch (kv = kv_heads x head_dim; gpt: h), 8 with full checkpointing (the f
 from __future__ import annotations
 
 from suite.axes import PIPELINE_SCHEDULES
-from suite.plan.tensor_parallel import per_rank_parameters, split_parameters
+from suite.plan.tensor_parallel import block_parameters, ends_split, per_rank_parameters
 
 
 def pipeline(cell) -> tuple[int, int, str | None]:
@@ -89,15 +89,13 @@ def stage_parameters(cell, rank: int) -> float:
     p = pipeline(cell)[0]
     if p == 1:
         return per_rank_parameters(cell)
-    shape, t = cell.model, getattr(cell, "tensor_parallel", 1)
-    h, vocab = shape.hidden, shape.vocab
-    block = shape.block_parameters() - split_parameters(shape) * (1 - 1 / t) if t > 1 else shape.block_parameters()
-    ends_split = t if (getattr(cell, "sequence_parallel", False) or getattr(cell, "loss_parallel", False)) else 1
-    out = stage_layers(cell) * block
+    shape, h = cell.model, cell.model.hidden
+    ends = shape.vocab * h / ends_split(cell)  # the embedding, or the head
+    out = stage_layers(cell) * block_parameters(shape, getattr(cell, "tensor_parallel", 1))
     if rank == 0:
-        out += vocab * h / ends_split + (shape.max_seq_len * h if shape.family == "gpt" else 0)
+        out += ends + (shape.max_seq_len * h if shape.family == "gpt" else 0)
     if rank == p - 1:
-        out += vocab * h / ends_split + (2 * h if shape.family == "gpt" else h)  # gpt: the tied head's copy
+        out += ends + (2 * h if shape.family == "gpt" else h)  # gpt: the tied head's copy
     return out
 
 

@@ -39,16 +39,26 @@ def matmul_weights(shape, tp: int = 1) -> float:
     return sum(i * o / (tp if split else 1) for i, o, split in shape.matmuls())
 
 
+def block_parameters(shape, tp: int = 1) -> float:
+    """Parameters of one block on one tensor-parallel rank: its projections / t, its norm gains whole."""
+    return shape.block_parameters() - (split_parameters(shape) * (1 - 1 / tp) if tp > 1 else 0)
+
+
+def ends_split(cell) -> int:
+    """What the embedding and the head are divided by: t with sequence or loss parallelism (split on the
+    vocabulary), else 1 (replicated)."""
+    t = getattr(cell, "tensor_parallel", 1)
+    return t if getattr(cell, "sequence_parallel", False) or getattr(cell, "loss_parallel", False) else 1
+
+
 def per_rank_parameters(cell) -> float:
     """Psi_tp: the parameters one tensor-parallel rank holds before any ZeRO sharding (Psi when t = 1)."""
     t, shape = getattr(cell, "tensor_parallel", 1), cell.model
     psi = shape.num_parameters()
     if t == 1:
         return psi
-    split = shape.layers * split_parameters(shape)
-    if getattr(cell, "sequence_parallel", False) or getattr(cell, "loss_parallel", False):
-        split += 2 * shape.vocab * shape.hidden  # the embedding's rows and the head's columns
-    return psi - split * (1 - 1 / t)
+    ends = 2 * shape.vocab * shape.hidden * (1 - 1 / ends_split(cell))  # the embedding's rows, the head's columns
+    return psi - shape.layers * (shape.block_parameters() - block_parameters(shape, t)) - ends
 
 
 def tp_comm_elements(cell) -> float:

@@ -69,11 +69,12 @@ def trace_key(cell) -> str:
 def check_traceable(cell, layers: int | None = None) -> None:
     """Refuse, before building anything, what cannot be traced (TraceError with the numbers); `layers`: the
     depth that will be built (default: the model's)."""
+    from suite.scenario.pipeline import planned_only
     from suite.strategies import registry
 
-    layout = [f"{a} {getattr(cell, a, 1)}" for a in ("pipeline_parallel", "context_parallel") if getattr(cell, a, 1) > 1]
+    layout = planned_only(cell)
     if layout:
-        raise TraceError(f"{' and '.join(layout)}: suite does not run pipeline or context parallelism yet, so there "
+        raise TraceError(f"{layout}: suite does not run pipeline or context parallelism yet, so there "
                          "is no code to trace; plan uses the as-implemented model (per pipeline stage)")
     spec = registry.get(cell.strategy)
     if not spec.traceable:

@@ -205,8 +205,9 @@ def cell_html(view: ScenarioView, cell_id: str, figures: dict[Group, str]) -> st
                         rows, num=range(first, first + len(shown_metrics)),
                         wrap=(verdict_at, verdict_at + 1) if states else (verdict_at,),
                         row_classes=["regression" if p.regressions else "" for _, p in pts])))
+    settings = ", ".join(f"{k}={v}" for k, v in axes.items() if in_use(k, v))
     return render("cell.html.j2", title=f"{view.name}: {view.cells.get(cell_id, cell_id)}", root=href(2, ""),
-                  cell_id=cell_id, scenario=view.name, axes=", ".join(f"{k}={v}" for k, v in axes.items() if in_use(k, v)),
+                  cell_id=cell_id, scenario=view.name, axes=settings,
                   groups=shown)
 
 

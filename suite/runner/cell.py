@@ -33,6 +33,7 @@ from suite.plan import Prediction, predict
 from suite.results.schema import Axes, CellResult, RankFailure, RankInfo, RankRecord
 from suite.results.store import utc_iso, write_atomic, writing
 from suite.runner import aggregate
+from suite.scenario.pipeline import planned_only
 
 EXIT_CODES = {3: "diverged", 4: "oom", 1: "failed"}
 
@@ -102,9 +103,9 @@ class CellTraces:
 def infeasible_reason(cell, prediction, gpu_count: int) -> str | None:
     """Why the cell cannot run here (None when it can): predicted memory, a layout suite plans but cannot run
     yet (pipeline, context parallelism), or missing devices."""
-    layout = [f"{a} {getattr(cell, a)}" for a in ("pipeline_parallel", "context_parallel") if getattr(cell, a) > 1]
+    layout = planned_only(cell)
     if layout:
-        return (f"{' and '.join(layout)}: planned (suite plan), not run: suite has no pipeline- or context-parallel "
+        return (f"{layout}: planned (suite plan), not run: suite has no pipeline- or context-parallel "
                 "worker yet")
     if prediction.fits is False:
         return (f"predicted {prediction.fits_bytes / 1e9:.2f} GB per rank ({prediction.fits_by}) > gpu_memory_gb "

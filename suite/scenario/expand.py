@@ -45,9 +45,10 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
     tp, dp = combo["tensor_parallel"], data_ranks(combo)
     problems += check_tensor_parallel(combo, shape, src)  # also: tp must divide gpus (else dp is meaningless)
     layout = layout_ranks(combo)
-    divides = gpus % layout == 0 and glob % (micro * dp) == 0
-    problems += check_pipeline_and_context(combo, shape, glob // (micro * dp) if divides else None, src)
-    if gpus % layout == 0 and glob % (micro * dp):
+    world_factors, batch_divides = gpus % layout == 0, glob % (micro * dp) == 0
+    micro_batches = glob // (micro * dp) if world_factors and batch_divides else None
+    problems += check_pipeline_and_context(combo, shape, micro_batches, src)
+    if world_factors and not batch_divides:
         ranks = (f"gpus {gpus}" if layout == 1 else
                  f"data-parallel ranks {dp} (gpus {gpus} / tensor_parallel {tp}" +
                  "".join(f" / {a} {combo[a]}" for a in ("pipeline_parallel", "context_parallel") if combo[a] > 1) + ")")

@@ -19,6 +19,14 @@ from suite.axes import PIPELINE_SCHEDULES
 from suite.scenario.source import SourceMap
 
 
+def planned_only(cell) -> str | None:
+    """The layout of a cell that suite plans but cannot run yet ("pipeline_parallel 8 and context_parallel 2"),
+    or None: there is no pipeline- or context-parallel worker (the runner skips, the trace refuses, the worker
+    raises)."""
+    layout = [f"{a} {getattr(cell, a, 1)}" for a in ("pipeline_parallel", "context_parallel") if getattr(cell, a, 1) > 1]
+    return " and ".join(layout) or None
+
+
 def layout_ranks(combo: dict[str, Any]) -> int:
     """Ranks one data-parallel replica spans: pipeline x context x tensor parallel."""
     return combo["pipeline_parallel"] * combo["context_parallel"] * combo["tensor_parallel"]

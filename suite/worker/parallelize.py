@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from suite.scenario import Cell
+from suite.scenario.pipeline import planned_only
 from suite.strategies import get_strategy
 from suite.strategies.base import Parallel, Policy
 from suite.techniques.checkpointing import apply_checkpointing
@@ -36,9 +37,9 @@ def parallelize(model: nn.Module, cell: Cell, device: torch.device) -> Parallel:
     """Checkpointing -> compile -> the cell's strategy, on a model already on `device`."""
     if not hasattr(model, "blocks"):
         raise TypeError(f"{type(model).__name__} has no .blocks; strategies shard and checkpoint per block")
-    if cell.pipeline_parallel > 1 or cell.context_parallel > 1:  # the runner skips these cells (infeasible)
-        raise NotImplementedError(f"pipeline_parallel {cell.pipeline_parallel}, context_parallel "
-                                  f"{cell.context_parallel}: planned only; suite has no worker for them yet")
+    layout = planned_only(cell)
+    if layout:  # the runner skips these cells (infeasible)
+        raise NotImplementedError(f"{layout}: planned only; suite has no worker for them yet")
     apply = get_strategy(cell.strategy)
     mesh = None
     if cell.tensor_parallel > 1:

@@ -227,10 +227,10 @@ def _notes(rows: list[dict], headroom: float | None) -> list[str]:
     for r in rows:
         if r["pipeline"]:
             pl = r["pipeline"]
-            stages = ", ".join(f"{b / 2**30:.2f}" for b in pl["stage_as_implemented"])
+            stages = ", ".join(nbytes(b) for b in pl["stage_as_implemented"])
             notes.append(f"cell {r['cell']}: {pl['stages']} stages ({pl['schedule']}, {pl['micro_batches']} "
                          f"micro-batches, in flight {pl['in_flight'][0]:g} on the first): as implemented per stage "
-                         f"[{stages}] GiB")
+                         f"[{stages}]")
     seen = set()
     for r in rows:
         items = [f"cell {r['cell']}: not traced: {r['trace_error']}"] if r["trace_error"] else []

@@ -135,14 +135,22 @@ class Llama(nn.Module):
         return angles.cos(), angles.sin()
 
     def logits(self, inputs: torch.Tensor) -> torch.Tensor:
-        cos, sin = self.rotary(inputs.shape[1], inputs.device)
-        x = self.embed(inputs)
+        """Token ids -> logits.  A pipeline stage is this model with some parts set to None (as torchtitan does;
+        suite/techniques/pipeline_parallel.py): without `embed` the inputs are the previous stage's hidden
+        states, without `head` the result is this stage's."""
+        cos, sin = self.rotary(inputs.shape[1], inputs.device)  # the whole sequence, even where SP splits x
+        x = self.embed(inputs) if self.embed is not None else inputs
         for block in self.blocks:
             x = block(x, cos, sin)
-        return self.head(self.norm(x))
+        return self.head(self.norm(x)) if self.head is not None else x
 
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         logits = self.logits(inputs)
         if targets is None:  # evaluation (see gpt.py)
             return logits
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())  # loss in fp32 (see gpt.py)
+        return cross_entropy(logits, targets)
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The mean next-token loss of (batch, time, vocab) logits, computed in fp32 (see gpt.py)."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())

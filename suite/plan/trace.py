@@ -72,10 +72,13 @@ def check_traceable(cell, layers: int | None = None) -> None:
     from suite.scenario.pipeline import planned_only
     from suite.strategies import registry
 
-    layout = planned_only(cell)
-    if layout:
-        raise TraceError(f"{layout}: suite does not run pipeline or context parallelism yet, so there "
-                         "is no code to trace; plan uses the as-implemented model (per pipeline stage)")
+    reason = planned_only(cell)
+    if reason:
+        raise TraceError(f"{reason}, so there is no code to trace; plan uses the as-implemented model")
+    if cell.pipeline_parallel > 1:
+        raise TraceError(f"pipeline_parallel {cell.pipeline_parallel}: the trace does not follow a schedule's "
+                         "point-to-point messages between stages yet; plan uses the as-implemented model (per "
+                         "pipeline stage)")
     spec = registry.get(cell.strategy)
     if not spec.traceable:
         raise TraceError(f"strategy {cell.strategy} is registered with traceable=False: it cannot run under fake "

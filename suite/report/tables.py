@@ -6,8 +6,8 @@ ms, MiB, %), so CSV/JSON writers dump them as they are and Markdown/HTML only fo
 repeats themselves), which is never printed.  `row.get(key)` looks a column or an axis up by its key, for the
 renderers that walk COLUMNS.
 
-Repeats of a cell are folded: step times are pooled, throughput and MFU take the median over repeats, memory
-the largest measured peak, and the status is the first repeat's that was not ok (a flaky cell must show).
+Repeats of a cell are folded: step times are pooled, throughput, MFU and a pipeline's bubble take the median over
+repeats, memory the largest measured peak, and the status is the first repeat's that was not ok (a flaky cell must show).
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("memory_predicted_mib", "memory predicted (MiB)", ",.1f"),
     Column("memory_ratio", "measured/predicted", ".2f"),
     Column("memory_scope", "memory scope", ""),
+    Column("bubble_pct", "bubble measured (%)", ".1f"),
+    Column("bubble_predicted_pct", "bubble predicted (%)", ".1f"),
+    Column("stage_states_mib", "model states per stage (MiB)", ""),
     Column("final_loss", "final loss", ".4f"),
     Column("eval_loss", "held-out loss", ".4f"),
     Column("accuracy_pct", "held-out accuracy (%)", ".1f"),
@@ -79,6 +82,9 @@ class CellRow:
     memory_predicted_mib: float | None
     memory_ratio: float | None  # measured / predicted, like for like (memory_scope)
     memory_scope: str | None  # peak (cuda) | peak (tracker) | peak | states
+    bubble_pct: float | None  # pipelines: the measured bubble (median over repeats), else None
+    bubble_predicted_pct: float | None  # pipelines: the planner's bubble for the schedule
+    stage_states_mib: str | None  # pipelines: "first / ... / last" stage's model states (the first repeat's)
     final_loss: float | None
     eval_loss: float | None
     accuracy_pct: float | None
@@ -190,6 +196,12 @@ def cell_row(run: Run, results: list[CellResult]) -> CellRow:
         memory_predicted_mib=_mib(mem_predicted),
         memory_ratio=None if mem_measured is None or not mem_predicted else mem_measured / mem_predicted,
         memory_scope=mem_scope,
+        bubble_pct=_median(r.pipeline.bubble * 100 if r.pipeline and r.pipeline.bubble is not None else None
+                           for r in results),
+        bubble_predicted_pct=(first.pipeline.bubble_predicted * 100
+                              if first.pipeline and first.pipeline.bubble_predicted is not None else None),
+        stage_states_mib=(" / ".join(f"{b / MiB:,.1f}" for b in first.pipeline.stage_states)
+                          if first.pipeline and first.pipeline.stage_states else None),
         final_loss=_median(r.final_loss for r in results),
         eval_loss=_median(r.eval[-1].loss if r.eval else None for r in results),
         accuracy_pct=_median(r.eval[-1].accuracy * 100 if r.eval and r.eval[-1].accuracy is not None else None
@@ -261,7 +273,9 @@ def display_columns(rows: list[CellRow]) -> list[Column]:
     if len({r.run for r in rows}) <= 1:
         drop.add("run")
     # the held-out columns only when something was evaluated (`eval:`): other tables stay as they were
-    drop |= {k for k in ("eval_loss", "accuracy_pct", "time_to_target") if all(r.get(k) is None for r in rows)}
+    # and the pipeline columns only when a pipeline ran
+    drop |= {k for k in ("eval_loss", "accuracy_pct", "time_to_target", "bubble_pct", "bubble_predicted_pct",
+                         "stage_states_mib") if all(r.get(k) is None for r in rows)}
     return [c for c in COLUMNS if c.key not in drop]
 
 

@@ -28,7 +28,9 @@ from suite.stats import percentile
 # 6: CellResult.machine (the machine's state around the timed launch, suite/machine/); older records read with
 # None, which compare reports as "machine state unknown"; Manifest.packages_digest (compare: "packages").
 # 7: Manifest.lock_digest (the lock the environment was installed from; compare: "lock"); older manifests None.
-SCHEMA_VERSION = 7
+# 8: RankRecord.pipeline_busy_s and CellResult.pipeline (pipeline parallelism: the measured bubble and the model
+# states per stage); older records read with an empty list and None.
+SCHEMA_VERSION = 8
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
 FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")
@@ -173,6 +175,10 @@ class RankRecord(_Record):
     )
     eval: list[EvalPoint] = Field(fail_fast=True,
                                   default_factory=list, description="Held-out evaluations, in step order.")
+    pipeline_busy_s: list[Seconds] = Field(
+        fail_fast=True, default_factory=list, description="Pipeline parallelism: per optimizer step, the seconds "
+        "this rank's stages computed (forward and backward chunks, device synchronized; techniques/"
+        "pipeline_parallel.py); the rest of step_times_s is the bubble and waiting for messages.  Empty without.")
     extra: Loose = Field(default_factory=dict, description="Strategy-specific facts.")
 
     @model_validator(mode="before")
@@ -244,6 +250,18 @@ class Overhead(_Record):
     train: Duration
     teardown: Duration
     wall: Duration = Field(description="Whole cell, launcher start to launcher exit.")
+
+
+class PipelineMeasured(_Record):
+    """What a pipeline-parallel cell measured beside its plan (the runner's aggregate, from every rank)."""
+
+    bubble: Ratio | None = Field(description="Share of the measured steps a rank was not computing (1 - busy / step "
+                                 "time, summed over the steps after warm-up), the mean over all ranks; None when "
+                                 "no rank recorded busy time.")
+    bubble_predicted: Ratio | None = Field(description="The planner's bubble for the schedule (plan/pipeline.py).")
+    stage_states: list[Bytes] = Field(fail_fast=True, description="Model states (parameters, gradients, optimizer "
+                                      "states, master weights) of the first rank of each pipeline stage, first "
+                                      "stage first.")
 
 
 class RankInfo(_Record):
@@ -345,6 +363,8 @@ class CellResult(_Record):
     machine: MachineState | None = Field(None, description="What else used the machine's CPUs and GPUs, and "
                                          "their clocks, around the timed launch (schema 6; None in older results "
                                          "and for cells that never launched).")
+    pipeline: PipelineMeasured | None = Field(None, description="Pipeline parallelism: the measured bubble and "
+                                              "the model states per stage; None without it.")
     extra: Loose = Field(default_factory=dict)
 
     # (the Cell read, the cell exactly as the record wrote it): for writing it back unchanged (below)

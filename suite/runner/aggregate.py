@@ -20,7 +20,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from suite.plan.flops import PEAK_SOURCE, peak_flops
-from suite.results.schema import MemoryComparison, Mfu, Overhead, RankRecord, StepStats, Throughput
+from suite.results.schema import (MemoryComparison, Mfu, Overhead, PipelineMeasured, RankRecord, StepStats,
+                                  Throughput)
 
 MFU_FORMULA = ("MFU = flops_per_token x tokens_per_s_per_device / peak_flops; "
                "flops_per_token = 6 x params + 12 x layers x hidden x seq_len (no recomputation)")
@@ -98,9 +99,30 @@ def overhead(launch_start: float, launch_end: float, setup_done_t: float | None,
     return Overhead(launch=launch, setup=setup, train=train, teardown=wall - launch - setup - train, wall=wall)
 
 
+def pipeline_measured(records: list[RankRecord], prediction: dict[str, Any], stages: int) -> PipelineMeasured | None:
+    """The measured bubble (mean over ranks of 1 - busy / step time over the steps after warm-up) and each stage's
+    model states (its first rank's: the mesh is (pp, dp), so stage i starts at rank i x replicas); None without
+    pipeline parallelism."""
+    if stages == 1:
+        return None
+    bubbles = []
+    for r in records:
+        busy, times = r.pipeline_busy_s[r.warmup_steps:], measured_steps(r)[:len(r.pipeline_busy_s)]
+        if busy and sum(times) > 0:
+            bubbles.append(1.0 - sum(busy) / sum(times))
+    by_rank, replicas = {r.rank: r for r in records}, max(1, records[0].world_size // stages)
+    firsts = [by_rank.get(i * replicas) for i in range(stages)]
+    tb = [r.tensor_bytes if r is not None else None for r in firsts]
+    states = [b.parameters + b.gradients + b.optimizer_states + b.master_weights for b in tb if b is not None]
+    return PipelineMeasured(bubble=sum(bubbles) / len(bubbles) if bubbles else None,
+                            bubble_predicted=(prediction.get("pipeline") or {}).get("bubble_fraction"),
+                            stage_states=states if len(states) == stages else [])
+
+
 def aggregate(records: list[RankRecord], prediction: dict[str, Any], precision: str,
-              launch_start: float, launch_end: float, setup_done_t: float | None) -> dict[str, Any]:
-    """The CellResult fields computed from the rank records (rank 0 first); empty records give empty fields."""
+              launch_start: float, launch_end: float, setup_done_t: float | None, stages: int = 1) -> dict[str, Any]:
+    """The CellResult fields computed from the rank records (rank 0 first); empty records give empty fields.
+    `stages`: the cell's pipeline_parallel."""
     if not records:
         return {}
     r0 = min(records, key=lambda r: r.rank)
@@ -119,4 +141,5 @@ def aggregate(records: list[RankRecord], prediction: dict[str, Any], precision: 
                    precision, prediction.get("analytic")),
         "memory": memory(r0, prediction["memory_bytes"] or {}, (prediction.get("traced") or {}).get("peak")),
         "overhead_s": overhead(launch_start, launch_end, setup_done_t, r0),
+        "pipeline": pipeline_measured(records, prediction, stages),
     }

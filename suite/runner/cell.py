@@ -103,10 +103,9 @@ class CellTraces:
 def infeasible_reason(cell, prediction, gpu_count: int) -> str | None:
     """Why the cell cannot run here (None when it can): predicted memory, a layout suite plans but cannot run
     yet (pipeline, context parallelism), or missing devices."""
-    layout = planned_only(cell)
-    if layout:
-        return (f"{layout}: planned (suite plan), not run: suite has no pipeline- or context-parallel "
-                "worker yet")
+    reason = planned_only(cell)
+    if reason:
+        return f"planned (suite plan), not run: {reason}"
     if prediction.fits is False:
         return (f"predicted {prediction.fits_bytes / 1e9:.2f} GB per rank ({prediction.fits_by}) > gpu_memory_gb "
                 f"{cell.gpu_memory_gb:g} GB")
@@ -217,7 +216,7 @@ def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir
     status, error = classify(launch, records, cell.gpus, problems, placement, first)
     prediction = (prediction or predict(cell)).model_dump(mode="json")
     numbers = aggregate.aggregate(records, prediction, cell.precision, launch.started, launch.ended,
-                                  setup_done_time(workdir))
+                                  setup_done_time(workdir), stages=cell.pipeline_parallel)
     more = {"session": session, "work_dir": str(Path(workdir).relative_to(run_dir)), "device": device,
             "returncode": launch.returncode,
             "wall_s": launch.ended - launch.started if launch.started and launch.ended else None, **launch.extra,

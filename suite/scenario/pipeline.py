@@ -17,14 +17,36 @@ from typing import Any
 
 from suite.axes import PIPELINE_SCHEDULES
 from suite.scenario.source import SourceMap
+from suite.strategies import registry
 
 
 def planned_only(cell) -> str | None:
-    """The layout of a cell that suite plans but cannot run yet ("pipeline_parallel 8 and context_parallel 2"),
-    or None: there is no pipeline- or context-parallel worker (the runner skips, the trace refuses, the worker
-    raises)."""
-    layout = [f"{a} {getattr(cell, a, 1)}" for a in ("pipeline_parallel", "context_parallel") if getattr(cell, a, 1) > 1]
-    return " and ".join(layout) or None
+    """Why suite plans `cell` but cannot run it yet ("context_parallel 2: ..."), or None when it can: the runner
+    skips such cells (infeasible), the worker refuses them.  Runnable pipelines: llama stages under gpipe, 1f1b
+    or interleaved-1f1b, without tensor parallelism, with a strategy that takes a data-parallel sub-mesh."""
+    pp, cp = getattr(cell, "pipeline_parallel", 1), getattr(cell, "context_parallel", 1)
+    if cp > 1:
+        return f"context_parallel {cp}: suite has no context-parallel worker yet"
+    if pp == 1:
+        return None
+    schedule, family = cell.pipeline_schedule, getattr(cell.model, "family", None)
+    if family != "llama":
+        return f"pipeline_parallel {pp} on {family}: suite cuts only llama models into stages"
+    if schedule == "zero-bubble":
+        return (f"pipeline_parallel {pp} with zero-bubble: PyTorch's zero-bubble schedules hold several stages per "
+                "rank, the planner's ZB-H1 one; suite runs gpipe, 1f1b and interleaved-1f1b")
+    if cell.tensor_parallel > 1:
+        return f"pipeline_parallel {pp} x tensor_parallel {cell.tensor_parallel}: suite runs pipelines without tensor parallelism yet"
+    spec = registry.get(cell.strategy)
+    if not spec.pipeline:
+        ok = ", ".join(n for n in registry.names() if registry.get(n).pipeline)
+        return (f"pipeline_parallel {pp} with strategy {cell.strategy}: suite runs it over the whole process group, "
+                f"not a stage's data-parallel ranks (those that run on a stage's: {ok})")
+    if spec.family == "dp" and cell.gpus != pp:
+        return (f"pipeline_parallel {pp} with strategy {cell.strategy} on {cell.gpus} gpus: DDP's reducer cannot "
+                f"have several micro-batches of a stage in flight, which every schedule does; with "
+                f"{cell.gpus // pp} data-parallel replicas use zero2 or zero3")
+    return None
 
 
 def layout_ranks(combo: dict[str, Any]) -> int:

@@ -15,8 +15,11 @@ from suite.strategies import registry
 
 def reference_axes(axes: dict[str, Any], axis: str, value: Any) -> dict[str, Any]:
     """The axes of the reference cell of a cell with `axes`: `axis` at `value`.  A reference strategy without
-    shard groups has no shard_size (hsdp with shard_size 2 matches zero3, whose shard_size is None)."""
+    shard groups has no shard_size (hsdp with shard_size 2 matches zero3, whose shard_size is None); a reference
+    without pipeline stages has no schedule."""
     want = {**axes, axis: value}
+    if axis == "pipeline_parallel" and value == 1:  # without stages a cell has no schedule
+        want["pipeline_schedule"] = None
     if axis == "strategy" and isinstance(value, str) and value in registry.names() and \
             not registry.get(value).shard_group:
         want["shard_size"] = None

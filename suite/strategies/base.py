@@ -33,6 +33,7 @@ from torch import nn
 
 from suite.results.schema import TensorBytes
 from suite.scenario.experiment import Optimizer
+from suite.techniques.pipeline_parallel import Pipeline
 
 
 def _nothing() -> None:
@@ -58,6 +59,9 @@ class Parallel:
     loss_context: () -> context manager around each micro-batch's forward and backward: PyTorch's
                  loss_parallel() when the head's output is split on the vocabulary (set by the worker's
                  parallelize, not by strategies), else nothing.
+    pipeline:    with pipeline parallelism, the schedule that runs a step's micro-batches through this rank's
+                 stages (suite/techniques/pipeline_parallel.py; set by the worker's parallelize): the loop and
+                 evaluation call it instead of `model`.  None otherwise.
     """
 
     model: nn.Module
@@ -71,6 +75,40 @@ class Parallel:
     sharded_grad_scaler: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     loss_context: Callable[[], AbstractContextManager] = nullcontext
+    pipeline: Pipeline | None = None
+
+
+def combine(parts: list[Parallel], policy: Policy, device: torch.device) -> Parallel:
+    """One Parallel over several model chunks a strategy wrapped one by one (a pipeline rank holding v stages):
+    one optimizer over all their parameters, each chunk's sync and step hooks in turn, bytes summed."""
+    from contextlib import ExitStack
+
+    params = [p for part in parts for group in part.optimizer.param_groups for p in group["params"]]
+    optimizer = make_optimizer(params, policy.optimizer, device)
+
+    def no_sync():
+        stack = ExitStack()
+        for part in parts:
+            stack.enter_context(part.no_sync())
+        return stack
+
+    def count_bytes() -> TensorBytes:
+        counts = [part.count_bytes() for part in parts]  # each chunk's own optimizer was never stepped: no states
+        summed = {k: sum(getattr(c, k) for c in counts) for k in TensorBytes.model_fields}
+        return TensorBytes(**{**summed, "optimizer_states": optimizer_state_bytes(optimizer)})
+
+    def before_step() -> None:
+        for part in parts:
+            part.before_step()
+
+    def after_step() -> None:
+        for part in parts:
+            part.after_step()
+
+    return Parallel(model=nn.ModuleList(part.model for part in parts), optimizer=optimizer, count_bytes=count_bytes,
+                    no_sync=no_sync, before_step=before_step, after_step=after_step, autocast=parts[0].autocast,
+                    tracker=parts[0].tracker, sharded_grad_scaler=any(p.sharded_grad_scaler for p in parts),
+                    extra=parts[0].extra)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from suite.strategies.base import Parallel, Policy, count_tensor_bytes, make_optimizer
 
 
-def wrap_ddp(model: nn.Module, policy: Policy, device: torch.device) -> DDP:
+def wrap_ddp(model: nn.Module, policy: Policy, device: torch.device, group=None) -> DDP:
+    """DDP over `group` (None: the whole process group)."""
     # The planner's trace (suite/plan/trace.py) runs this under a fake process group, whose collectives move
     # nothing: DDP's constructor must not read parameter data to verify and broadcast it (fake tensors have
     # none), and its default all-reduce hook expects a result the fake group's future does not carry.
@@ -31,6 +32,7 @@ def wrap_ddp(model: nn.Module, policy: Policy, device: torch.device) -> DDP:
         bucket_cap_mb=policy.bucket_cap_mb,
         gradient_as_bucket_view=True,
         init_sync=not fake,
+        process_group=group,
     )
     if fake:
         ddp.register_comm_hook(None, _in_place_hook)
@@ -61,22 +63,25 @@ def _in_place_hook(state, bucket):  # no annotation: DDP checks it and this file
 
 
 def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Parallel:
-    if mesh is not None:  # tensor parallel over every rank (scenario/tensor_parallel.py: ddp only when gpus = tensor_parallel)
-        return _tensor_parallel_only(model, policy, device)
-    ddp = wrap_ddp(model, policy, device)
+    # a sub-mesh: the data-parallel ranks of a tensor-parallel group (scenario/tensor_parallel.py: ddp only when
+    # gpus = tensor_parallel, so one rank) or of a pipeline stage (any number)
+    if mesh is not None and mesh.size() == 1:
+        return _no_data_parallel(model, policy, device)
+    ddp = wrap_ddp(model, policy, device, group=mesh.get_group() if mesh is not None else None)
     optimizer = make_optimizer(ddp.parameters(), policy.optimizer, device)
     return Parallel(model=ddp, optimizer=optimizer, no_sync=ddp.no_sync,
                     count_bytes=lambda: count_tensor_bytes(ddp.parameters(), optimizer),
                     extra={"bucket_cap_mb": policy.bucket_cap_mb})
 
 
-def _tensor_parallel_only(model: nn.Module, policy: Policy, device: torch.device) -> Parallel:
-    """No data parallelism left: nothing to all-reduce.  The replicated parameters (norms, embedding, head)
-    get the same gradient on every rank of the tensor-parallel group, whose input gradients DTensor
-    all-reduces already; the split ones get their own slice's."""
+def _no_data_parallel(model: nn.Module, policy: Policy, device: torch.device) -> Parallel:
+    """No data parallelism left: nothing to all-reduce.  Under tensor parallelism the replicated parameters
+    (norms, embedding, head) get the same gradient on every rank of the tensor-parallel group, whose input
+    gradients DTensor all-reduces already; the split ones get their own slice's.  A pipeline stage without
+    replicas holds its own parameters alone."""
     from contextlib import nullcontext
 
     optimizer = make_optimizer(model.parameters(), policy.optimizer, device)
     return Parallel(model=model, optimizer=optimizer, no_sync=nullcontext,
                     count_bytes=lambda: count_tensor_bytes(model.parameters(), optimizer),
-                    extra={"tensor_parallel": policy.tensor_parallel})
+                    extra={"tensor_parallel": policy.tensor_parallel} if policy.tensor_parallel > 1 else {})

@@ -127,6 +127,10 @@ class StrategySpec:
     # composes with tensor_parallel > 1: its apply takes the (dp, tp) mesh's dp part as `mesh=` (ddp: only with
     # no data parallelism left, gpus = tp)
     tensor_parallel: bool = False
+    # runs on one pipeline stage's data-parallel ranks: its apply takes the (pp, dp) mesh's dp part as `mesh=`
+    # (ddp: only without replicas, gpus = pipeline_parallel: its reducer cannot have several micro-batches of a
+    # stage in flight before their backward, which every pipeline schedule does)
+    pipeline: bool = False
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -158,7 +162,7 @@ _FLAT = "its optimizer holds flat shards, not the model's parameters"
 
 BUILTIN: tuple[StrategySpec, ...] = (
     StrategySpec("ddp", "dp", "suite.strategies.ddp:apply", _DP, "DistributedDataParallel, bucketed all-reduce "
-                 "overlapped with backward", tensor_parallel=True),
+                 "overlapped with backward", tensor_parallel=True, pipeline=True),
     StrategySpec("zero1", "zero1", "suite.strategies.zero1:apply",
                  Comm(3, pattern="all-reduce of gradients + each shard's owner broadcasts it"),
                  "ZeroRedundancyOptimizer under DDP: optimizer states sharded", depth_affine=False,
@@ -167,13 +171,13 @@ BUILTIN: tuple[StrategySpec, ...] = (
     StrategySpec("zero2", "zero2", "suite.strategies.fsdp:apply",
                  Comm(2, pattern="reduce-scatter of gradients + all-gather of parameters"),
                  "FSDP2 with reshard_after_forward=False: gradients and optimizer states sharded",
-                 holds_fp32=_FSDP2_ZERO2[0], holds_mixed=_FSDP2_ZERO2[1], keeps_gradients=False),
+                 holds_fp32=_FSDP2_ZERO2[0], holds_mixed=_FSDP2_ZERO2[1], keeps_gradients=False, pipeline=True),
     StrategySpec("zero3", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "FSDP2 with reshard_after_forward=True: parameters, gradients and optimizer states sharded",
-                 aliases=("fsdp",), tensor_parallel=True, keeps_gradients=False),
+                 aliases=("fsdp",), tensor_parallel=True, keeps_gradients=False, pipeline=True),
     StrategySpec("hsdp", "zero3", "suite.strategies.fsdp:apply", _HSDP,
                  "FSDP2 on a 2-D mesh (replicate x shard): zero3 within each shard group of shard_size ranks, "
-                 "replicated across groups", shard_group=True, tensor_parallel=True, checkpointable=False,
+                 "replicated across groups", shard_group=True, tensor_parallel=True, pipeline=True, checkpointable=False,
                  extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False),
     StrategySpec("zero3-offload", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "zero3 with FSDP2's CPUOffloadPolicy: sharded parameters, gradients and the optimizer step on "

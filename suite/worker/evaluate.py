@@ -50,6 +50,22 @@ def _sums(model: torch.nn.Module, data: Data, cell: Cell, device: torch.device, 
     return sums
 
 
+def _pipeline_sums(par: Parallel, data: Data, cell: Cell, device: torch.device) -> torch.Tensor:
+    """The same sums through a pipeline's schedule (forward only): on its last stage, zeros elsewhere (the
+    all-reduce then adds one pipeline per data-parallel replica).  No accuracy: pipelines run language models."""
+    sums = torch.zeros(3, dtype=torch.float64, device=device)
+    training = par.model.training
+    par.model.eval()
+    try:
+        for i in range(cell.eval.batches):
+            batches = [(x.to(device), y.to(device)) for x, y in data.eval_micro_batches(i)]
+            with precision.autocast(cell.precision, device) if par.autocast else nullcontext():
+                sums[:2] += par.pipeline.evaluate(batches)
+    finally:
+        par.model.train(training)
+    return sums
+
+
 def held_out(model: torch.nn.Module, data: Data, cell: Cell, device: torch.device) -> tuple[float, float | None]:
     """(loss, accuracy or None) of a plain model on all held-out batches, in one process (data for rank 0 of 1):
     what the Ray driver re-measures on a restored checkpoint."""
@@ -61,7 +77,7 @@ def evaluate(par: Parallel, data: Data, cell: Cell, device: torch.device, step: 
     """Evaluate `cell.eval.batches` held-out global batches after `step` optimizer steps."""
     synchronize(device)
     t0 = time.perf_counter()
-    sums = _sums(par.model, data, cell, device, par.autocast)
+    sums = _pipeline_sums(par, data, cell, device) if par.pipeline else _sums(par.model, data, cell, device, par.autocast)
     torch.distributed.all_reduce(sums)
     synchronize(device)
     loss_sum, targets, right = sums.tolist()

@@ -68,9 +68,10 @@ def _sum_of_squares(tensors: list[torch.Tensor], device: torch.device) -> torch.
 
 
 @torch.no_grad()
-def global_norm(grads: list[torch.Tensor], partitioned: bool, device: torch.device) -> float:
+def global_norm(grads: list[torch.Tensor], partitioned: bool, device: torch.device, across=None) -> float:
     """The L2 norm of the whole gradient over every rank (see the module docstring); every rank must call it,
-    with the same structure of tensors (it may all-reduce)."""
+    with the same structure of tensors (it may all-reduce).  `across`: a process group whose ranks hold
+    different parameters (a pipeline's stages), over which the sums of squares add up (one more all-reduce)."""
     from torch.distributed.tensor import DTensor, Replicate  # DTensors exist only where torch.distributed does
 
     plain: list[torch.Tensor] = []
@@ -92,6 +93,8 @@ def global_norm(grads: list[torch.Tensor], partitioned: bool, device: torch.devi
         # CPU, which an NCCL-only process group cannot do
         norm = DTensor.from_local(norm.to_local().to(device), norm.device_mesh, norm.placements, run_check=False)
         total += norm.full_tensor().square()
+    if across is not None:
+        dist.all_reduce(total, group=across)
     value = total.item()
     # a non-finite gradient (fp16's GradScaler skips that step) is inf, whether inf or NaN arose: the gate lets
     # equal infinities agree, and NaN would never equal NaN on the two sides

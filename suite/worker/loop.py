@@ -13,6 +13,10 @@ optimizer just applied, with at most one all-reduce per mesh group for sharded o
 The loss all-reduce happens every step, so every rank sees the same global loss and all ranks stop together
 when it is not finite.
 
+With pipeline parallelism (`Parallel.pipeline`) the schedule takes all the step's micro-batches at once and runs
+them through the stages (suite/techniques/pipeline_parallel.py); what it returns averages, over the world, to the
+last stages' loss.  The planted loss and gradient faults below act on the plain loop only.
+
 Planted gradient faults (SUITE_FAULT, faults.py), inside the step: `grad2x` doubles the gradients the
 optimizer will read, after the strategy synchronized them (after `before_step`); `desync` runs every
 micro-batch under `no_sync()` and skips `before_step`, so nothing is synchronized: DDP-like strategies step
@@ -75,6 +79,7 @@ class Trainer:
     step_times: list[float] = field(init=False, default_factory=list)
     evals: list[EvalPoint] = field(init=False, default_factory=list)  # held-out evaluations (evaluate.py)
     grad_norms: list[float] = field(init=False, default_factory=list)  # global gradient norm per step
+    busy: list[float] = field(init=False, default_factory=list)  # pipeline: seconds the stages computed per step
 
     def __post_init__(self) -> None:
         self.scaler = precision.grad_scaler(self.cell.precision, self.device, self.par.sharded_grad_scaler)
@@ -101,6 +106,12 @@ class Trainer:
         fault = self.faults.gradient_fault()  # a planted grad2x / desync for this step (tests only): None else
         opt.zero_grad(set_to_none=True)
         total = torch.zeros((), device=self.device)
+        if par.pipeline is not None:  # the schedule runs every micro-batch through the stages (and syncs gradients)
+            with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
+                total = par.pipeline.step(batches)
+            if between is not None:
+                between()
+            batches = []
         for i, (x, y) in enumerate(batches):
             with par.no_sync() if i < n - 1 or fault == "desync" else nullcontext():
                 with par.loss_context():  # loss_parallel: the loss and its backward on vocabulary shards
@@ -139,10 +150,13 @@ class Trainer:
             self.faults.stretch(t0)  # a planted slowdown (SUITE_FAULT slow=): nothing otherwise
             dt = time.perf_counter() - t0
             loss = global_mean(local, world)
-            norm = gradients.global_norm(gradients.grads_of(self.par), partitioned, self.device)
+            norm = gradients.global_norm(gradients.grads_of(self.par), partitioned, self.device,
+                                         across=self.par.pipeline.group if self.par.pipeline else None)
             self.losses.append(loss)
             self.step_times.append(dt)
             self.grad_norms.append(norm)
+            if self.par.pipeline is not None:
+                self.busy.append(self.par.pipeline.busy_s)
             events.emit("step", step=step, loss=loss, grad_norm=norm, step_time_s=dt)
             if not math.isfinite(loss):
                 raise Diverged(step, loss)

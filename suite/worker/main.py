@@ -33,7 +33,7 @@ from suite.worker import dist as wdist, measure
 from suite.worker.evaluate import evaluate
 from suite.worker.faults import Faults
 from suite.worker.loop import Diverged, Trainer
-from suite.worker.parallelize import parallelize
+from suite.worker.parallelize import data_replica, parallelize
 
 EXIT_CODES = {"ok": 0, "failed": 1, "diverged": 3, "oom": 4}
 ERROR_TAIL = 4000  # characters of traceback kept in the record
@@ -116,9 +116,8 @@ def _train(cell: Cell, out_dir: Path, out: _Outcome, hooks: RunHooks | None = No
     par = parallelize(model, cell, rank.device)
     out.extra.update(par.extra)
     t_strategy = time.perf_counter()
-    # the ranks of a tensor-parallel group (consecutive ranks, the mesh's last dimension) see the same batches
-    tp = cell.tensor_parallel
-    data = build_data(cell, rank.rank // tp, rank.world_size // tp)
+    # the ranks of a tensor-parallel group and of a pipeline see the same batches
+    data = build_data(cell, *data_replica(cell, rank.rank, rank.world_size))
     t_data = time.perf_counter()
     out.setup = SetupTimes(process_group=t_pg - t0, model_build=t_model - t_pg, strategy=t_strategy - t_model,
                            data=t_data - t_strategy, total=t_data - t0)
@@ -180,6 +179,7 @@ def _finish(cell: Cell, out_dir: Path, out: _Outcome) -> RankRecord:
         losses=out.trainer.losses if out.trainer else [],
         step_times_s=out.trainer.step_times if out.trainer else [],
         grad_norms=out.trainer.grad_norms if out.trainer else [],
+        pipeline_busy_s=out.trainer.busy if out.trainer else [],
         eval=out.trainer.evals if out.trainer else [],
         warmup_steps=cell.warmup_steps,
         tokens_per_step=_tokens_per_step(cell),

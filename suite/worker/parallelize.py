@@ -3,6 +3,8 @@ the one place a strategy meets the cell (it gets a mesh and a `Policy`, never th
 
 Like torchtitan's `parallelize`, it applies techniques to the plain model in a fixed order:
 
+   (pipeline stages: with pipeline_parallel the model is first cut into this rank's stage(s), and each goes
+    through 0-3 like a model; techniques/pipeline_parallel.py)
     0. tensor parallelism        splits each block's projections over the tp ranks (techniques/tensor_parallel.py);
                                  with sequence_parallel the norms and residual stream on the sequence, with
                                  loss_parallel the head's output and the loss on the vocabulary
@@ -11,8 +13,9 @@ Like torchtitan's `parallelize`, it applies techniques to the plain model in a f
     3. the strategy's apply()    wraps/shards the model, builds the optimizer   (its registry entry says where)
 
 Tensor parallelism first, as torchtitan does: checkpointing and compile then see the blocks as they will run
-(split), and FSDP shards the already-split DTensors over the other mesh dimension.  With tensor_parallel t the
-world is one (dp, tp) mesh of (gpus / t, t); the strategy gets its dp part (`mesh=`).
+(split), and FSDP shards the already-split DTensors over the other mesh dimension.  With tensor_parallel t and
+pipeline_parallel p the world is one (pp, dp, tp) mesh of (p, gpus / (p t), t), dimensions of size 1 left out;
+the strategy gets its dp part (`mesh=`), the pipeline schedule the pp part.
 
 Why this order: checkpointing must see the plain blocks to decide what to save; compiling after it puts the
 recomputation inside the compiled region; sharding last lets FSDP treat each (checkpointed, compiled) block
@@ -26,6 +29,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from suite.axes import PIPELINE_SCHEDULES
 from suite.scenario import Cell
 from suite.scenario.pipeline import planned_only
 from suite.strategies import get_strategy
@@ -34,16 +38,24 @@ from suite.techniques.checkpointing import apply_checkpointing
 
 
 def parallelize(model: nn.Module, cell: Cell, device: torch.device) -> Parallel:
-    """Checkpointing -> compile -> the cell's strategy, on a model already on `device`."""
+    """[pipeline stages ->] tensor parallelism -> checkpointing -> compile -> the cell's strategy, on a model
+    already on `device`."""
     if not hasattr(model, "blocks"):
         raise TypeError(f"{type(model).__name__} has no .blocks; strategies shard and checkpoint per block")
-    layout = planned_only(cell)
-    if layout:  # the runner skips these cells (infeasible)
-        raise NotImplementedError(f"{layout}: planned only; suite has no worker for them yet")
+    reason = planned_only(cell)
+    if reason:  # the runner skips these cells (infeasible)
+        raise NotImplementedError(f"planned only: {reason}")
+    mesh = _mesh(cell, device)
+    policy = policy_of(cell)
+    if cell.pipeline_parallel > 1:
+        return _pipeline(model, cell, device, mesh, policy)
+    return _parallelize_part(model, cell, device, mesh, policy)
+
+
+def _parallelize_part(model: nn.Module, cell: Cell, device: torch.device, mesh, policy: Policy) -> Parallel:
+    """Steps 0 to 3 on the model, or on one pipeline stage of it."""
     apply = get_strategy(cell.strategy)
-    mesh = None
     if cell.tensor_parallel > 1:
-        mesh = _mesh(cell, device)
         from suite.techniques.tensor_parallel import apply_tensor_parallel
 
         apply_tensor_parallel(model, mesh["tp"], cell.sequence_parallel, cell.loss_parallel)
@@ -52,7 +64,6 @@ def parallelize(model: nn.Module, cell: Cell, device: torch.device) -> Parallel:
         from suite.techniques.compile import compile_blocks
 
         compile_blocks(model)
-    policy = policy_of(cell)
     if mesh is None:
         return apply(model, None, policy, device)
     dp = ("replicate", "shard") if cell.shard_size else "dp"  # hsdp: a 2-D data-parallel part
@@ -64,21 +75,52 @@ def parallelize(model: nn.Module, cell: Cell, device: torch.device) -> Parallel:
     return par
 
 
+def _pipeline(model: nn.Module, cell: Cell, device: torch.device, mesh, policy: Policy) -> Parallel:
+    """Cut this rank's stage(s) out of the model, parallelize each like a model, and hand them to the schedule
+    (suite/techniques/pipeline_parallel.py): the strategy then runs over the stage's data-parallel ranks."""
+    from suite.models.llama import cross_entropy
+    from suite.strategies.base import combine
+    from suite.techniques.pipeline_parallel import build_pipeline, split_stage, stage_ids
+
+    pp, chunks = cell.pipeline_parallel, PIPELINE_SCHEDULES[cell.pipeline_schedule]
+    ids = stage_ids(mesh["pp"].get_local_rank(), pp, chunks)
+    parts = [_parallelize_part(split_stage(model, i, pp * chunks, copy_model=chunks > 1), cell, device, mesh, policy)
+             for i in ids]
+    par = parts[0] if len(parts) == 1 else combine(parts, policy, device)
+    par.pipeline = build_pipeline([part.model for part in parts], ids, pp * chunks, cell.pipeline_schedule,
+                                  cell.grad_accum, mesh["pp"].get_group(), device, cross_entropy)
+    par.extra = {**par.extra, "pipeline_stages": ids}
+    return par
+
+
 def policy_of(cell: Cell) -> Policy:
     """The settings of the cell a strategy acts on (strategies never see the whole cell)."""
     return Policy(strategy=cell.strategy, precision=cell.precision, optimizer=cell.optimizer,
                   bucket_cap_mb=cell.bucket_cap_mb, shard_size=cell.shard_size, tensor_parallel=cell.tensor_parallel)
 
 
+def data_replica(cell: Cell, rank: int, world: int) -> tuple[int, int]:
+    """(which data-parallel replica this rank belongs to, how many there are): the ranks of one tensor-parallel
+    group and of one pipeline (every stage) read the same batches.  The mesh's order (`_mesh`) decides it."""
+    tp, pp = cell.tensor_parallel, cell.pipeline_parallel
+    replicas = world // (tp * pp)
+    return (rank // tp) % replicas, replicas
+
+
 def _mesh(cell: Cell, device: torch.device):
-    """(dp, tp), or for hsdp (replicate, shard, tp): tp last, so a tensor-parallel group is consecutive ranks
-    (one node's fast links)."""
+    """None without tensor or pipeline parallelism (the strategy builds its own over the world); else (pp, dp,
+    tp) with the dimensions of size 1 left out, dp as (replicate, shard) for hsdp.  tp last, so a
+    tensor-parallel group is consecutive ranks (one node's fast links); pp first, so the stages of a pipeline
+    are far apart and its point-to-point messages are what crosses nodes (torchtitan's order)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.distributed.device_mesh import init_device_mesh
 
-    tp, shard = cell.tensor_parallel, cell.shard_size
+    tp, pp, shard = cell.tensor_parallel, cell.pipeline_parallel, cell.shard_size
+    if tp == 1 and pp == 1:
+        return None
+    dp = cell.gpus // (tp * pp)
+    dims = [("pp", pp)] if pp > 1 else []
+    dims += [("replicate", dp // shard), ("shard", shard)] if shard else [("dp", dp)]
+    dims += [("tp", tp)] if tp > 1 else []
     with unset_fake_temporarily():  # the planner's trace runs under FakeTensorMode; a mesh needs real ranks
-        if shard:
-            return init_device_mesh(device.type, (cell.gpus // (shard * tp), shard, tp),
-                                    mesh_dim_names=("replicate", "shard", "tp"))
-        return init_device_mesh(device.type, (cell.gpus // tp, tp), mesh_dim_names=("dp", "tp"))
+        return init_device_mesh(device.type, tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims))

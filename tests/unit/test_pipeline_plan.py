@@ -26,8 +26,8 @@ DEEP = {"family": "llama", "layers": 8, "hidden": 64, "heads": 4, "kv_heads": 2,
 
 
 def pp(p=4, schedule="1f1b", m=8, **extra):
-    return make_cell(model=DEEP, gpus=p, pipeline_parallel=p, pipeline_schedule=schedule, micro_batch_size=1,
-                     global_batch_size=m, **extra)
+    return make_cell(**{"model": DEEP, "gpus": p, "pipeline_parallel": p, "pipeline_schedule": schedule,
+                        "micro_batch_size": 1, "global_batch_size": m, **extra})
 
 
 @pytest.mark.parametrize("settings,message", [
@@ -109,12 +109,25 @@ def test_context_parallelism_divides_the_activations_by_c():
     assert predict_memory(two).activations == pytest.approx(predict_memory(one).activations)  # 32 tokens a rank
 
 
-def test_pipeline_and_context_cells_are_planned_not_run_nor_traced():
-    for cell in (pp(4, "1f1b", 8), make_cell(model=DEEP, gpus=2, context_parallel=2, seq_len=64,
-                                             micro_batch_size=1, global_batch_size=1)):
+def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
+    cp = make_cell(model=DEEP, gpus=2, context_parallel=2, seq_len=64, micro_batch_size=1, global_batch_size=1)
+    zb = pp(4, "zero-bubble", 8)
+    replicas = pp(2, "1f1b", 8, gpus=4, strategy="ddp")  # DDP over a stage's 2 replicas: refused
+    offload = pp(2, "1f1b", 8, gpus=4, strategy="zero3-offload")
+    gpt = make_cell(model={"family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "max_seq_len": 64},
+                    gpus=2, pipeline_parallel=2, pipeline_schedule="gpipe", micro_batch_size=1, global_batch_size=2)
+    for cell, why in ((cp, "context-parallel worker"), (zb, "zero-bubble"), (replicas, "2 data-parallel replicas"),
+                      (offload, "strategy zero3-offload"), (gpt, "only llama")):
         reason = infeasible_reason(cell, predict(cell), gpu_count=8)
-        assert reason is not None and "planned (suite plan), not run" in reason
+        assert reason is not None and "planned (suite plan), not run" in reason and why in reason, reason
         with pytest.raises(TraceError, match="no code to trace"):
+            check_traceable(cell)
+
+
+def test_runnable_pipelines_run_but_are_not_traced():
+    for cell in (pp(4, "1f1b", 8), pp(2, "interleaved-1f1b", 4), pp(2, "gpipe", 8, gpus=4, strategy="zero3")):
+        assert infeasible_reason(cell, predict(cell), gpu_count=8) is None
+        with pytest.raises(TraceError, match="point-to-point"):
             check_traceable(cell)
 
 

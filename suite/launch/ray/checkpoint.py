@@ -59,13 +59,14 @@ class Meta:
     grad_norms: list[float] = field(default_factory=list)  # the global gradient norm of each step done
 
 
-def check_supported(strategy: str, tensor_parallel: int = 1) -> None:
+def check_supported(strategy: str, tensor_parallel: int = 1, pipeline_parallel: int = 1) -> None:
     """Refuse strategies whose registry entry says their state cannot be checkpointed (the hand-written ZeRO
-    strategies give their optimizer flat shards: the state-dict API cannot name its state), and tensor-parallel
-    cells (their checkpoints are not tested yet)."""
-    if tensor_parallel > 1:
-        raise ValueError(f"checkpoints of tensor-parallel cells (tensor_parallel {tensor_parallel}) are not tested "
-                         "yet; leave ray.checkpoint_every_steps unset for them")
+    strategies give their optimizer flat shards: the state-dict API cannot name its state), and tensor- or
+    pipeline-parallel cells (their checkpoints are not tested yet; a stage holds part of the model)."""
+    for axis, n in (("tensor_parallel", tensor_parallel), ("pipeline_parallel", pipeline_parallel)):
+        if n > 1:
+            raise ValueError(f"checkpoints of {axis.replace('_', '-')} cells ({axis} {n}) are not tested yet; leave "
+                             "ray.checkpoint_every_steps unset for them")
     spec = registry.get(strategy)
     if not spec.checkpointable:
         why = spec.extra.get("not_checkpointable", "its registry entry says so")

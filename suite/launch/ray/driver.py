@@ -166,7 +166,7 @@ def run_job(cell_json: str, workdir_arg: str, worker_module: str, env: dict[str,
         env = {k: merged[k] for k in WORKER_ENV if k in merged}
         every = settings.checkpoint_every_steps if settings else None
         if every:
-            ckpt.check_supported(cell.strategy, cell.tensor_parallel)
+            ckpt.check_supported(cell.strategy, cell.tensor_parallel, cell.pipeline_parallel)
         storage = Path(settings.storage_path).resolve() if settings and settings.storage_path else workdir / "ray"
         trainer = TorchTrainer(
             train_fn.train_func,

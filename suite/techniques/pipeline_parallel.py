@@ -1,0 +1,163 @@
+"""Pipeline parallelism with PyTorch's `torch.distributed.pipelining` (as torchtitan): the model's blocks are
+split into consecutive stages, one group of ranks per stage, and a schedule moves micro-batches through them.
+
+    stage 0 (first):  embedding + blocks [0, L/S)            sends its hidden states to stage 1
+    stage i:          blocks [i L/S, (i+1) L/S)              receives from i-1, sends to i+1 (and gradients back)
+    stage S-1 (last): blocks [.., L) + final norm + head     computes the loss of each micro-batch
+
+With S = p x v stages on p pipeline ranks: rank r holds stages r, r + p, ... (v model chunks, "looped" as
+PyTorch's interleaved schedules expect).  A stage is the plain model with the parts it does not hold set to
+None and its block list cut (torchtitan's way; `Llama.logits` skips what is None), so the strategy that runs
+next (DDP, FSDP2) wraps a stage like any model, and PyTorch's stage calls DDP's `no_sync` / FSDP2's gradient
+sync itself: gradients are reduced over the data-parallel ranks once per step.
+
+The micro-batches of a step are the cell's accumulation steps: the loop hands them all to `Pipeline.step`,
+which concatenates them and lets the schedule cut them again (equal chunks, in order), so the step is the same
+mathematics as one rank on the same micro-batches.  The schedule divides each stage's gradients by the number
+of micro-batches (`scale_grads`), as the plain loop divides each micro-batch's loss.  Schedules
+(suite.axes.PIPELINE_SCHEDULES names them, plan/pipeline.py prices them):
+
+    gpipe             ScheduleGPipe             all forwards, then all backwards
+    1f1b              Schedule1F1B              warm-up forwards, then one forward / one backward
+    interleaved-1f1b  ScheduleInterleaved1F1B   1f1b over v = 2 chunks per rank: the bubble / v
+
+"zero-bubble" is planned only: PyTorch's zero-bubble schedules (ScheduleInterleavedZeroBubble, ScheduleZBVZero
+Bubble) hold several stages per rank, while the planner models ZB-H1 on one.
+
+The bubble, measured: each stage's `forward_one_chunk` and `backward_one_chunk` (and `backward_weight_one_chunk`)
+are timed (the device synchronized at both ends, so on a GPU the timing itself costs a little), and `busy_s`
+holds the last step's sum.  The schedule waits for its point-to-point messages outside those calls, so
+1 - busy / step time is the share of the step this rank was not computing: the bubble, plus the messages it
+waited for.
+
+Only the last stage has the loss.  What `step` returns is arranged so that the mean over every rank of the
+world is the mean over the last stages: the last stage reports p x its loss, the others 0.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+# the PyTorch schedule class that runs each runnable suite.axes.PIPELINE_SCHEDULES name
+TORCH_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved-1f1b": "ScheduleInterleaved1F1B"}
+PARTS = ("embed", "norm", "head")  # what a stage may hold besides blocks: the first stage the embedding, the last the rest
+
+
+def stage_ids(pp_rank: int, pp: int, chunks: int) -> list[int]:
+    """The stages pipeline rank `pp_rank` holds: pp_rank, pp_rank + pp, ... (`chunks` of them)."""
+    return [pp_rank + k * pp for k in range(chunks)]
+
+
+def split_stage(model: nn.Module, stage: int, stages: int, copy_model: bool) -> nn.Module:
+    """Stage `stage` of `stages`: blocks [stage L/S, (stage+1) L/S), the embedding on the first stage, the final
+    norm and the head on the last; the rest set to None.  `copy_model`: cut a copy (a rank holding several
+    chunks cuts each from the whole model), else cut `model` itself."""
+    layers = len(model.blocks)
+    if layers % stages:
+        raise ValueError(f"{stages} pipeline stages do not divide the {layers} blocks of the model")
+    per = layers // stages
+    keep = list(model.blocks)[stage * per:(stage + 1) * per]
+    if copy_model:
+        blocks, model.blocks = model.blocks, nn.ModuleList()  # copy everything but the blocks, then only the kept
+        try:
+            part = copy.deepcopy(model)
+        finally:
+            model.blocks = blocks
+        part.blocks = copy.deepcopy(nn.ModuleList(keep))
+    else:
+        part, part.blocks = model, nn.ModuleList(keep)
+    for name in PARTS:
+        if (name == "embed" and stage > 0) or (name != "embed" and stage < stages - 1):
+            setattr(part, name, None)
+    return part
+
+
+@dataclass
+class Pipeline:
+    """This rank's side of a pipeline schedule: what the training loop and evaluation call instead of the
+    model for a step's micro-batches.
+
+    schedule: the PyTorch schedule over this rank's stage(s).
+    group:    the process group of the pipeline ranks this rank exchanges activations with (one per data-parallel
+              replica): sums over the stages (the gradient norm) reduce over it.
+    first, last: whether this rank holds the first stage (it feeds the inputs) or the last (it has the loss).
+    ranks:    pipeline ranks p."""
+
+    schedule: object
+    group: object
+    first: bool
+    last: bool
+    ranks: int
+    busy_s: float = 0.0  # seconds this rank's stages computed during the last step (module docstring)
+
+    def time_stages(self, stages: list, device: torch.device) -> None:
+        """Wrap each stage's compute calls so that `busy_s` adds up their time."""
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+        def timed(call):
+            def run(*args, **kwargs):
+                sync()
+                t0 = time.perf_counter()
+                try:
+                    return call(*args, **kwargs)
+                finally:
+                    sync()
+                    self.busy_s += time.perf_counter() - t0
+            return run
+
+        for stage in stages:
+            for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
+                if hasattr(stage, name):
+                    setattr(stage, name, timed(getattr(stage, name)))
+
+    def _feed(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[tuple, dict]:
+        inputs = torch.cat([x for x, _ in batches]) if self.first else None
+        targets = torch.cat([y for _, y in batches]) if self.last else None
+        return ((inputs,) if self.first else ()), ({"target": targets} if self.last else {})
+
+    def step(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Forward and backward of all the step's micro-batches; p x the mean loss on the last stage, else 0."""
+        args, kwargs = self._feed(batches)
+        losses: list[torch.Tensor] = []
+        self.busy_s = 0.0
+        self.schedule.step(*args, **kwargs, losses=losses if self.last else None)
+        if not self.last:
+            return torch.zeros((), device=batches[0][0].device)
+        return torch.stack([loss.detach() for loss in losses]).mean() * self.ranks
+
+    @torch.no_grad()
+    def evaluate(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Forward only: (loss sum, targets) of the micro-batches on the last stage (float64), zeros elsewhere."""
+        args, kwargs = self._feed(batches)
+        losses: list[torch.Tensor] = []
+        self.schedule.eval(*args, **kwargs, losses=losses if self.last else None)
+        sums = torch.zeros(2, dtype=torch.float64, device=batches[0][0].device)
+        if self.last:  # the loss of each equal chunk is a mean over its targets
+            per = batches[0][1].numel() * len(batches) / len(losses)
+            sums[0] = sum(loss.double() for loss in losses) * per
+            sums[1] = per * len(losses)
+        return sums
+
+
+def build_pipeline(modules: list[nn.Module], ids: list[int], stages: int, schedule: str, micro_batches: int,
+                   group, device: torch.device, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                   ) -> Pipeline:
+    """The schedule over this rank's stage modules (already wrapped by the strategy), `ids` their stage numbers."""
+    from torch.distributed import pipelining
+
+    if schedule not in TORCH_SCHEDULES:
+        raise ValueError(f"pipeline_schedule {schedule} has no PyTorch schedule in suite (runnable: "
+                         f"{', '.join(TORCH_SCHEDULES)})")
+    pp = torch.distributed.get_world_size(group)
+    built = [pipelining.PipelineStage(m, i, stages, device, group=group) for m, i in zip(modules, ids)]
+    cls = getattr(pipelining, TORCH_SCHEDULES[schedule])
+    sched = cls(built if len(built) > 1 else built[0], micro_batches, loss_fn=loss_fn)
+    pipeline = Pipeline(schedule=sched, group=group, first=0 in ids, last=stages - 1 in ids, ranks=pp)
+    pipeline.time_stages(built, device)
+    return pipeline

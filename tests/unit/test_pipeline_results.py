@@ -1,0 +1,77 @@
+"""What a pipeline cell stores and reports: the measured bubble (1 - busy / step time over the measured steps,
+the mean over ranks) beside the planner's, each stage's model states (the first rank of each stage: the mesh is
+(pp, dp)), the report's columns only where a pipeline ran, and a match gate's reference without stages."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.plan.pipeline import bubble_fraction
+from suite.report.tables import cell_row, display_columns
+from suite.results.schema import TensorBytes
+from suite.runner.aggregate import aggregate, pipeline_measured
+from suite.scenario.references import reference_axes
+from suite.testing.builders import make_cell, make_result
+from suite.testing.results_factory import make_record
+
+DEEP = {"family": "llama", "layers": 4, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 172, "vocab": 256}
+
+
+def _cell():
+    return make_cell(model=DEEP, gpus=4, strategy="zero3", pipeline_parallel=2, pipeline_schedule="1f1b",
+                     micro_batch_size=1, global_batch_size=8, steps=6, warmup_steps=2)
+
+
+def _records(cell, busy_share: list[float]):
+    """One record per rank, stage i = rank // 2, each stage's bytes its own; busy = share x step time after
+    warm-up (and a warm-up step whose busy time must not count)."""
+    out = []
+    for rank, share in enumerate(busy_share):
+        r = make_record(cell, step_time_s=0.1, noise=0.0, n_steps=4)
+        stage = rank // 2
+        tb = TensorBytes(parameters=100 + stage, gradients=100, optimizer_states=200, master_weights=0)
+        busy = [0.0] * cell.warmup_steps + [share * t for t in r.step_times_s[cell.warmup_steps:]]
+        out.append(r.model_copy(update={"rank": rank, "tensor_bytes": tb, "pipeline_busy_s": busy}))
+    return out
+
+
+def test_the_bubble_is_the_mean_idle_share_over_ranks_after_warm_up():
+    cell = _cell()
+    prediction = {"pipeline": {"bubble_fraction": bubble_fraction(cell)}}
+    got = pipeline_measured(_records(cell, [0.8, 0.8, 0.7, 0.7]), prediction, 2)
+    assert got.bubble == pytest.approx(0.25)
+    assert got.bubble_predicted == pytest.approx(1 / 5)  # (p - 1) / (m + p - 1), m = 4
+    assert got.stage_states == [400, 401]  # rank 0 (stage 0) and rank 2 (stage 1)
+
+
+def test_no_pipeline_no_measure():
+    cell = make_cell(model=DEEP, gpus=2, micro_batch_size=1, global_batch_size=2)
+    record = make_record(cell)
+    assert pipeline_measured([record], {}, 1) is None
+    assert aggregate([record], {"flops_per_token": 1.0, "memory_bytes": {}}, "fp32", 0.0, 1.0, None)["pipeline"] is None
+
+
+def test_the_report_shows_the_pipeline_columns_only_where_a_pipeline_ran():
+    cell = _cell()
+    measured = pipeline_measured(_records(cell, [0.8, 0.8, 0.7, 0.7]), {"pipeline": {"bubble_fraction": 0.2}}, 2)
+    with_pipe = make_result(cell, pipeline=measured)
+    plain = make_result(make_cell(model=DEEP, gpus=2, micro_batch_size=1, global_batch_size=2))
+    rows = [cell_row(_run(with_pipe), [with_pipe]), cell_row(_run(plain), [plain])]
+    assert rows[0].bubble_pct == pytest.approx(25.0) and rows[0].bubble_predicted_pct == pytest.approx(20.0)
+    assert rows[0].stage_states_mib == "0.0 / 0.0"
+    assert rows[1].bubble_pct is None and rows[1].stage_states_mib is None
+    keys = [c.key for c in display_columns(rows)]
+    assert {"bubble_pct", "bubble_predicted_pct", "stage_states_mib"} <= set(keys)
+    assert not {"bubble_pct", "stage_states_mib"} & {c.key for c in display_columns(rows[1:])}
+
+
+def _run(result):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(label="0001", manifest=SimpleNamespace(created_at="t0"), results=[result])
+
+
+def test_a_reference_without_stages_has_no_schedule():
+    axes = {"pipeline_parallel": 2, "pipeline_schedule": "1f1b", "strategy": "zero3"}
+    assert reference_axes(axes, "pipeline_parallel", 1) == {"pipeline_parallel": 1, "pipeline_schedule": None,
+                                                           "strategy": "zero3"}

@@ -28,7 +28,7 @@ from suite.stats import percentile
 # 6: CellResult.machine (the machine's state around the timed launch, suite/machine/); older records read with
 # None, which compare reports as "machine state unknown"; Manifest.packages_digest (compare: "packages").
 # 7: Manifest.lock_digest (the lock the environment was installed from; compare: "lock"); older manifests None.
-# 8: RankRecord.pipeline_busy_s and CellResult.pipeline (pipeline parallelism: the measured bubble and the model
+# 8: RankRecord.pipeline_busy_s / pipeline_s and CellResult.pipeline (pipeline parallelism: the measured bubble and the model
 # states per stage); older records read with an empty list and None.
 SCHEMA_VERSION = 8
 
@@ -178,7 +178,11 @@ class RankRecord(_Record):
     pipeline_busy_s: list[Seconds] = Field(
         fail_fast=True, default_factory=list, description="Pipeline parallelism: per optimizer step, the seconds "
         "this rank's stages computed (forward and backward chunks, device synchronized; techniques/"
-        "pipeline_parallel.py); the rest of step_times_s is the bubble and waiting for messages.  Empty without.")
+        "pipeline_parallel.py).  Empty without.")
+    pipeline_s: list[Seconds] = Field(
+        fail_fast=True, default_factory=list, description="Pipeline parallelism: per optimizer step, the seconds the "
+        "schedule ran (forward and backward of every micro-batch; the optimizer step is outside): 1 - "
+        "pipeline_busy_s / pipeline_s is the bubble this rank saw.  Empty without.")
     extra: Loose = Field(default_factory=dict, description="Strategy-specific facts.")
 
     @model_validator(mode="before")
@@ -255,9 +259,9 @@ class Overhead(_Record):
 class PipelineMeasured(_Record):
     """What a pipeline-parallel cell measured beside its plan (the runner's aggregate, from every rank)."""
 
-    bubble: Ratio | None = Field(description="Share of the measured steps a rank was not computing (1 - busy / step "
-                                 "time, summed over the steps after warm-up), the mean over all ranks; None when "
-                                 "no rank recorded busy time.")
+    bubble: Ratio | None = Field(description="Share of the schedule's time a rank was not computing (1 - busy / "
+                                 "schedule time, summed over the steps after warm-up), the mean over all ranks; "
+                                 "None when no rank recorded them.")
     bubble_predicted: Ratio | None = Field(description="The planner's bubble for the schedule (plan/pipeline.py).")
     stage_states: list[Bytes] = Field(fail_fast=True, description="Model states (parameters, gradients, optimizer "
                                       "states, master weights) of the first rank of each pipeline stage, first "

@@ -26,9 +26,10 @@ Bubble) hold several stages per rank, while the planner models ZB-H1 on one.
 
 The bubble, measured: each stage's `forward_one_chunk` and `backward_one_chunk` (and `backward_weight_one_chunk`)
 are timed (the device synchronized at both ends, so on a GPU the timing itself costs a little), and `busy_s`
-holds the last step's sum.  The schedule waits for its point-to-point messages outside those calls, so
-1 - busy / step time is the share of the step this rank was not computing: the bubble, plus the messages it
-waited for.
+holds the last step's sum, `wall_s` the schedule's whole run (the optimizer step is outside it).  The schedule
+waits for its point-to-point messages outside those calls, so 1 - busy / wall is the share of the schedule's time
+this rank was not computing: the bubble, plus the messages it waited for and the schedule's own bookkeeping
+(cutting the batch into micro-batches, the loss, scaling the gradients).
 
 Only the last stage has the loss.  What `step` returns is arranged so that the mean over every rank of the
 world is the mean over the last stages: the last stage reports p x its loss, the others 0.
@@ -95,6 +96,7 @@ class Pipeline:
     last: bool
     ranks: int
     busy_s: float = 0.0  # seconds this rank's stages computed during the last step (module docstring)
+    wall_s: float = 0.0  # seconds the last step's schedule ran, from its first chunk to its last
 
     def time_stages(self, stages: list, device: torch.device) -> None:
         """Wrap each stage's compute calls so that `busy_s` adds up their time."""
@@ -126,7 +128,9 @@ class Pipeline:
         args, kwargs = self._feed(batches)
         losses: list[torch.Tensor] = []
         self.busy_s = 0.0
+        t0 = time.perf_counter()
         self.schedule.step(*args, **kwargs, losses=losses if self.last else None)
+        self.wall_s = time.perf_counter() - t0
         if not self.last:
             return torch.zeros((), device=batches[0][0].device)
         return torch.stack([loss.detach() for loss in losses]).mean() * self.ranks

@@ -80,6 +80,7 @@ class Trainer:
     evals: list[EvalPoint] = field(init=False, default_factory=list)  # held-out evaluations (evaluate.py)
     grad_norms: list[float] = field(init=False, default_factory=list)  # global gradient norm per step
     busy: list[float] = field(init=False, default_factory=list)  # pipeline: seconds the stages computed per step
+    pipeline_wall: list[float] = field(init=False, default_factory=list)  # pipeline: seconds the schedule ran
 
     def __post_init__(self) -> None:
         self.scaler = precision.grad_scaler(self.cell.precision, self.device, self.par.sharded_grad_scaler)
@@ -157,6 +158,7 @@ class Trainer:
             self.grad_norms.append(norm)
             if self.par.pipeline is not None:
                 self.busy.append(self.par.pipeline.busy_s)
+                self.pipeline_wall.append(self.par.pipeline.wall_s)
             events.emit("step", step=step, loss=loss, grad_norm=norm, step_time_s=dt)
             if not math.isfinite(loss):
                 raise Diverged(step, loss)

@@ -23,19 +23,21 @@ def _cell():
 
 
 def _records(cell, busy_share: list[float]):
-    """One record per rank, stage i = rank // 2, each stage's bytes its own; busy = share x step time after
-    warm-up (and a warm-up step whose busy time must not count)."""
+    """One record per rank, stage i = rank // 2, each stage's bytes its own; busy = share x the schedule's time
+    after warm-up (and warm-up steps whose busy time must not count)."""
     out = []
     for rank, share in enumerate(busy_share):
         r = make_record(cell, step_time_s=0.1, noise=0.0, n_steps=4)
         stage = rank // 2
         tb = TensorBytes(parameters=100 + stage, gradients=100, optimizer_states=200, master_weights=0)
-        busy = [0.0] * cell.warmup_steps + [share * t for t in r.step_times_s[cell.warmup_steps:]]
-        out.append(r.model_copy(update={"rank": rank, "tensor_bytes": tb, "pipeline_busy_s": busy}))
+        wall = [0.8 * t for t in r.step_times_s]  # the optimizer step is outside the schedule's time
+        busy = [0.0] * cell.warmup_steps + [share * t for t in wall[cell.warmup_steps:]]
+        out.append(r.model_copy(update={"rank": rank, "tensor_bytes": tb, "pipeline_busy_s": busy,
+                                        "pipeline_s": wall}))
     return out
 
 
-def test_the_bubble_is_the_mean_idle_share_over_ranks_after_warm_up():
+def test_the_bubble_is_the_mean_idle_share_of_the_schedule_over_ranks_after_warm_up():
     cell = _cell()
     prediction = {"pipeline": {"bubble_fraction": bubble_fraction(cell)}}
     got = pipeline_measured(_records(cell, [0.8, 0.8, 0.7, 0.7]), prediction, 2)

@@ -23,7 +23,8 @@ from suite.strategies import registry
 def planned_only(cell) -> str | None:
     """Why suite plans `cell` but cannot run it yet ("context_parallel 2: ..."), or None when it can: the runner
     skips such cells (infeasible), the worker refuses them.  Runnable pipelines: llama stages under gpipe, 1f1b
-    or interleaved-1f1b, without tensor parallelism, with a strategy that takes a data-parallel sub-mesh."""
+    or interleaved-1f1b, with a strategy that takes a data-parallel sub-mesh, and tensor parallelism without
+    sequence or loss parallelism."""
     pp, cp = getattr(cell, "pipeline_parallel", 1), getattr(cell, "context_parallel", 1)
     if cp > 1:
         return f"context_parallel {cp}: suite has no context-parallel worker yet"
@@ -35,17 +36,20 @@ def planned_only(cell) -> str | None:
     if schedule == "zero-bubble":
         return (f"pipeline_parallel {pp} with zero-bubble: PyTorch's zero-bubble schedules hold several stages per "
                 "rank, the planner's ZB-H1 one; suite runs gpipe, 1f1b and interleaved-1f1b")
-    if cell.tensor_parallel > 1:
-        return f"pipeline_parallel {pp} x tensor_parallel {cell.tensor_parallel}: suite runs pipelines without tensor parallelism yet"
+    if cell.sequence_parallel or cell.loss_parallel:
+        return (f"pipeline_parallel {pp} with sequence or loss parallelism: a stage after the first would get s / t of "
+                "the sequence and compute its rotary tables for that length (and the loss on vocabulary shards needs "
+                "its context around the schedule); suite runs pipelines x plain tensor parallelism only")
     spec = registry.get(cell.strategy)
     if not spec.pipeline:
         ok = ", ".join(n for n in registry.names() if registry.get(n).pipeline)
         return (f"pipeline_parallel {pp} with strategy {cell.strategy}: suite runs it over the whole process group, "
                 f"not a stage's data-parallel ranks (those that run on a stage's: {ok})")
-    if spec.family == "dp" and cell.gpus != pp:
+    replicas = cell.gpus // (pp * cell.tensor_parallel)
+    if spec.family == "dp" and replicas > 1:
         return (f"pipeline_parallel {pp} with strategy {cell.strategy} on {cell.gpus} gpus: DDP's reducer cannot "
-                f"have several micro-batches of a stage in flight, which every schedule does; with "
-                f"{cell.gpus // pp} data-parallel replicas use zero2 or zero3")
+                f"have several micro-batches of a stage in flight, which every schedule does; with {replicas} "
+                "data-parallel replicas use zero2 or zero3")
     return None
 
 

@@ -60,10 +60,13 @@ def check_tensor_parallel(combo: dict[str, Any], shape: Any, src: SourceMap) -> 
         ok = ", ".join(n for n in registry.names() if registry.get(n).tensor_parallel)
         problems.append(f"{where}: strategy {strategy} does not compose with tensor_parallel {tp} (those that do: "
                         f"{ok})")
-    elif spec.family == "dp" and gpus != tp:
+    elif spec.family == "dp" and data_ranks(combo) != 1:
+        pp = combo.get("pipeline_parallel", 1)
+        names, layout = (("tensor_parallel x pipeline_parallel", f"(tensor_parallel {tp} x pipeline_parallel {pp})")
+                         if pp > 1 else ("tensor_parallel", f"tensor_parallel {tp}"))
         problems.append(f"{where}: strategy {strategy} composes with tensor_parallel only without data parallelism "
-                        f"(gpus = tensor_parallel); gpus {gpus} / tensor_parallel {tp} = {gpus // tp} data-parallel "
-                        "ranks: use zero3")
+                        f"(gpus = {names}); gpus {gpus} / {layout} = {data_ranks(combo)} data-parallel ranks: "
+                        "use zero3")
     problems += check_sequence_and_loss_parallel(combo, shape, src)
     per_node = gpus // max(1, combo.get("nodes", 1))
     if per_node % tp:  # consecutive ranks form a group (the mesh's last dimension): keep it on one node's links

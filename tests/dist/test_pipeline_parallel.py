@@ -5,6 +5,7 @@
                                                                     checkpointing, interleaved-1f1b
     4 ranks (2 stages x 2 data-parallel replicas, FSDP2 per stage)  zero3 1f1b, zero2 gpipe, zero3
                                                                     interleaved-1f1b (+ eval)
+    4 ranks (2 stages x tensor_parallel 2, no replica)              1f1b (+ eval), interleaved-1f1b
 
 What would fail: a stage cut in the wrong place or a part (embedding, head) on the wrong stage (the loss is off
 at step 1), gradients not divided by the micro-batches or reduced twice over the replicas (the gradient norm
@@ -32,7 +33,11 @@ GROUPS = {
     4: {"zero3-1f1b": dict(PP, strategy="zero3", gpus=4, global_batch_size=8, pipeline_schedule="1f1b"),
         "zero2-gpipe": dict(PP, strategy="zero2", gpus=4, global_batch_size=8, pipeline_schedule="gpipe"),
         "zero3-interleaved": dict(PP, strategy="zero3", gpus=4, global_batch_size=8,
-                                  pipeline_schedule="interleaved-1f1b", eval=EVAL)},
+                                  pipeline_schedule="interleaved-1f1b", eval=EVAL),
+        "tp2-1f1b": dict(PP, strategy="ddp", gpus=4, global_batch_size=4, pipeline_schedule="1f1b",
+                         tensor_parallel=2, eval=EVAL),
+        "tp2-interleaved": dict(PP, strategy="ddp", gpus=4, global_batch_size=4,
+                                pipeline_schedule="interleaved-1f1b", tensor_parallel=2)},
 }
 NAMES = [(world, name) for world, group in GROUPS.items() for name in group]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -55,6 +60,9 @@ def test_pipeline_matches_the_one_rank_reference(world, name, groups, references
     assert len(records) == world and all(r.status == "ok" for r in records), [r.error for r in records]
     ref = references[cell.global_batch_size]
     assert cell.grad_accum == 4  # the micro-batches the schedule moves through the stages
+    if cell.tensor_parallel > 1:  # each stage's blocks split over its 2 tensor-parallel ranks
+        assert records[0].tensor_bytes.parameters < stage_parameters(cell.model_copy(
+            update={"tensor_parallel": 1}), 0) * 4
     for r in records:  # every rank reports the last stages' loss and the norm over all stages
         assert r.losses == pytest.approx(ref.losses, rel=1e-5)
         assert r.grad_norms == pytest.approx(ref.grad_norms, rel=1e-5)
@@ -66,10 +74,10 @@ def test_pipeline_matches_the_one_rank_reference(world, name, groups, references
 @pytest.mark.parametrize("world,name", NAMES)
 def test_bytes_per_stage_are_the_planners(world, name, groups):
     cell, records = groups[name]
-    replicas = world // cell.pipeline_parallel
-    shard = replicas if cell.strategy != "ddp" else 1
+    per_stage = world // cell.pipeline_parallel  # data-parallel x tensor-parallel ranks of a stage
+    shard = per_stage if cell.strategy != "ddp" else 1
     for r in records:
-        stage = r.rank // replicas  # the mesh is (pp, dp): a pipeline's ranks are replicas apart
+        stage = r.rank // per_stage  # the mesh is (pp, dp, tp): a stage's ranks are consecutive
         params = stage_parameters(cell, stage)
         b = r.tensor_bytes
         assert b.gradients == pytest.approx(4 * params / shard, rel=0.01), (r.rank, b)

@@ -116,8 +116,9 @@ def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
     offload = pp(2, "1f1b", 8, gpus=4, strategy="zero3-offload")
     gpt = make_cell(model={"family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "max_seq_len": 64},
                     gpus=2, pipeline_parallel=2, pipeline_schedule="gpipe", micro_batch_size=1, global_batch_size=2)
+    sp = pp(2, "1f1b", 4, gpus=4, tensor_parallel=2, sequence_parallel=True)
     for cell, why in ((cp, "context-parallel worker"), (zb, "zero-bubble"), (replicas, "2 data-parallel replicas"),
-                      (offload, "strategy zero3-offload"), (gpt, "only llama")):
+                      (offload, "strategy zero3-offload"), (gpt, "only llama"), (sp, "sequence or loss parallelism")):
         reason = infeasible_reason(cell, predict(cell), gpu_count=8)
         assert reason is not None and "planned (suite plan), not run" in reason and why in reason, reason
         with pytest.raises(TraceError, match="no code to trace"):
@@ -125,7 +126,8 @@ def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
 
 
 def test_runnable_pipelines_run_but_are_not_traced():
-    for cell in (pp(4, "1f1b", 8), pp(2, "interleaved-1f1b", 4), pp(2, "gpipe", 8, gpus=4, strategy="zero3")):
+    for cell in (pp(4, "1f1b", 8), pp(2, "interleaved-1f1b", 4), pp(2, "gpipe", 8, gpus=4, strategy="zero3"),
+                 pp(2, "1f1b", 4, gpus=4, tensor_parallel=2)):
         assert infeasible_reason(cell, predict(cell), gpu_count=8) is None
         with pytest.raises(TraceError, match="point-to-point"):
             check_traceable(cell)

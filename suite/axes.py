@@ -99,7 +99,7 @@ TABLE: tuple[Axis, ...] = (
          older_default=False),
     Axis("pipeline_parallel", "pp", "pipeline stages: the blocks split over p ranks", int, older_default=1),
     Axis("pipeline_schedule", "sched", "pipeline schedule (None without pipeline parallelism)", str | None,
-         older_default=None),
+         values=(None, *PIPELINE_SCHEDULES), sorted_by_table=True, older_default=None),
     Axis("context_parallel", "cp", "context-parallel degree: the sequence split over c ranks (ring attention)", int,
          older_default=1),
     Axis("micro_batch_size", "mbs", "samples per rank per forward pass", int),

@@ -199,7 +199,8 @@ def _answer(a: dict) -> str:
     if a["micro_batch_size"] is None:
         return f"none (1: {nbytes(a['next_peak'])} > {nbytes(a['limit'])})"
     nxt = f"; {a['next_micro_batch']}: {nbytes(a['next_peak'])} > {nbytes(a['limit'])}" if a["next_peak"] else ""
-    return f"{a['micro_batch_size']}{'+' if a['capped'] else ''} ({nbytes(a['peak'])}{nxt})"
+    model = " as implemented" if a.get("basis") == "as-implemented" else ""
+    return f"{a['micro_batch_size']}{'+' if a['capped'] else ''} ({nbytes(a['peak'])}{model}{nxt})"
 
 
 def _notes(rows: list[dict], headroom: float | None) -> list[str]:
@@ -213,7 +214,8 @@ def _notes(rows: list[dict], headroom: float | None) -> list[str]:
         notes.append(f"max mbs: largest micro-batch whose traced peak <= gpu_memory_gb x (1 - {headroom:g}), then "
                      "the next micro-batch's peak and the limit it misses; a trace counts allocated bytes, the "
                      "headroom covers what the CUDA caching allocator reserves beyond them, the CUDA context and "
-                     "NCCL buffers (plan/search.py); + : search capped")
+                     "NCCL buffers (plan/search.py); + : search capped; pipeline- and context-parallel cells are "
+                     "not traced yet: their search reads the as-implemented model's largest stage (\"as implemented\")")
     if any(r["recompute_flops_per_token"] for r in rows):
         notes.append("recompute: forward FLOPs per token the checkpointing policy reruns in backward (hardware "
                      "work: HFU counts it, MFU does not; plan/recompute.py)")

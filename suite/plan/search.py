@@ -3,7 +3,8 @@
 DeepSpeed's autotuner prunes its trial runs by estimated memory; suite answers from traces alone.  A traced
 peak grows with the micro-batch (activations and temporaries scale with it, nothing shrinks), so: double
 the micro-batch from 1 until a trace does not fit, then bisect between the last fit and the first misfit —
-about 2 log2(answer) traces per cell, each cached by its shape.
+about 2 log2(answer) traces per cell, each cached by its shape.  Pipeline- and context-parallel cells are not
+traced yet: their search reads the as-implemented model's largest stage instead (`basis`), and says so.
 
 The limit is `gpu_memory_gb x 1e9 x (1 - headroom)`: the headroom is what the trace cannot see.  A trace
 counts the bytes tensors hold — what `torch.cuda.max_memory_allocated` reports on a GPU.  The device must also
@@ -17,11 +18,11 @@ runs on the fast traces and the trace cache (a second search of the same shapes 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Literal
 
 from pydantic import BaseModel, Field
 
-from suite.plan import host_bytes
+from suite.plan import host_bytes, predict
 from suite.plan.trace_record import Trace, TraceFailure
 
 MAX_SEARCH_MICRO_BATCH = 4096
@@ -41,6 +42,9 @@ class MicroBatchAnswer(BaseModel):
                                          "that does not fit), when traced.")
     next_peak: int | None = Field(None, description="Its traced peak, bytes: above `limit`.")
     error: str | None = None
+    basis: Literal["traced", "as-implemented"] = Field(
+        "traced", description="What each micro-batch's peak came from: its trace, or, for pipeline- and "
+        "context-parallel cells (not traced yet), the as-implemented model's largest pipeline stage.")
 
 
 def max_micro_batch(cell, get: Callable[[object], Trace | TraceFailure], headroom: float) -> MicroBatchAnswer:
@@ -54,8 +58,13 @@ def max_micro_batch(cell, get: Callable[[object], Trace | TraceFailure], headroo
     # offload: the CPU trace counts host and device as one memory; the device's share is the peak less the host
     # bytes (as predict's `fits`), which do not depend on the micro-batch
     host = int(host_bytes(cell))
+    basis = "as-implemented" if untraced_layout(cell) else "traced"
 
     def peak(m: int) -> int | None:
+        if basis == "as-implemented":
+            value = int(predict(cell.model_copy(update={"micro_batch_size": m})).as_implemented.total) - host
+            tried.append((m, value))
+            return value
         found = get(cell.model_copy(update={"micro_batch_size": m}))
         value = found.peak - host if isinstance(found, Trace) else None
         tried.append((m, value))
@@ -63,7 +72,7 @@ def max_micro_batch(cell, get: Callable[[object], Trace | TraceFailure], headroo
             raise _Failed(found.error)
         return value
 
-    answer = dict(limit=limit, headroom=headroom, traces=tried)
+    answer = dict(limit=limit, headroom=headroom, traces=tried, basis=basis)
     try:
         if peak(1) > limit:
             return MicroBatchAnswer(micro_batch_size=None, peak=None, next_micro_batch=1, next_peak=_peak_of(tried, 1),
@@ -83,6 +92,12 @@ def max_micro_batch(cell, get: Callable[[object], Trace | TraceFailure], headroo
         return MicroBatchAnswer(micro_batch_size=None, peak=None, error=str(exc), **answer)
     return MicroBatchAnswer(micro_batch_size=good, peak=_peak_of(tried, good), next_micro_batch=bad,
                             next_peak=_peak_of(tried, bad), **answer)
+
+
+def untraced_layout(cell) -> bool:
+    """Pipeline- and context-parallel cells, which the trace does not follow yet (plan/trace.check_traceable):
+    their search reads the as-implemented model instead."""
+    return getattr(cell, "pipeline_parallel", 1) > 1 or getattr(cell, "context_parallel", 1) > 1
 
 
 class _Failed(Exception):

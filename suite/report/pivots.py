@@ -6,6 +6,8 @@
 - seq_len: peak memory and step time versus sequence length;
 - scratch: each hand-written strategy (suite/strategies/scratch/) beside its native twin — same loss, what cost?
 - layout: memory and tokens/s by tensor-parallel degree (or hsdp's shard group size) — what does a layout buy?
+- pipeline: step time and the bubble (measured / predicted) by pipeline schedule, or by pipeline or
+  context-parallel degree — what does a schedule cost?
 Each pivot but the scratch one marks the best and the worst of its comparison (`Pivot.marks`: green and red in
 HTML, bold and italics in Markdown): per column (the same GPU count, sequence length) across the configurations of the rows, or per
 row (one configuration) across the columns' values, as `Pivot.marked` says.
@@ -296,7 +298,27 @@ def layout_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
                   ranking=Ranking(lambda r: r.tokens_per_s, True, "row", "tokens/s"))
 
 
-BUILDERS = (memory_pivot, scaling_pivot, checkpointing_pivot, seq_len_pivot, scratch_pivot, layout_pivot)
+def pipeline_pivot(rows: list[CellRow], varying: list[str]) -> Pivot | None:
+    """The pipeline schedule (or, with one schedule, the pipeline or context-parallel degree) against step time
+    and the bubble, measured / predicted."""
+    axis = next((a for a in ("pipeline_schedule", "pipeline_parallel", "context_parallel") if a in varying), None)
+    if axis is None:
+        return None
+
+    def cell(slot: dict[Any, CellRow], value: Any) -> str:
+        r = slot[value]
+        bubble = ("" if r.bubble_pct is None and r.bubble_predicted_pct is None else
+                  f", bubble {_num(r.bubble_pct, '.1f')} / {_num(r.bubble_predicted_pct, '.1f')} %")
+        return f"{_num(r.step_median_ms, ',.1f', ' ms')}{bubble}"
+
+    return _build(rows, varying, "pipeline", f"Step time and bubble by {AXIS_HEADERS[axis]}",
+                  "How long does a step take, and how much of it do the pipeline's ranks sit idle (the bubble, "
+                  "measured / predicted)?", axis, lambda v: f"{AXIS_HEADERS[axis]} {'-' if v is None else v}", cell,
+                  ranking=Ranking(lambda r: r.step_median_ms, False, "row", "step time"))
+
+
+BUILDERS = (memory_pivot, scaling_pivot, checkpointing_pivot, seq_len_pivot, scratch_pivot, layout_pivot,
+            pipeline_pivot)
 
 
 def pivots(rows: list[CellRow]) -> list[Pivot]:

@@ -151,7 +151,10 @@ def _train(cell: Cell, out_dir: Path, out: _Outcome, hooks: RunHooks | None = No
         out.train_s = time.perf_counter() - t_data
     out.cuda = measure.cuda_memory(rank.device)
 
-    if cell.measure_peaks:
+    if cell.measure_peaks and par.pipeline is not None:  # torch's trackers refuse a second forward before backward
+        out.extra["peaks_not_measured"] = ("pipeline parallelism: MemTracker refuses a module's second forward before "
+                                           "its backward, which every schedule does")
+    elif cell.measure_peaks:
         steps = iter(range(cell.steps, cell.steps + PEAK_STEPS))  # past the loop: fresh batches, same recipe
         out.peaks = measure.measure_peaks(
             par, lambda between: trainer.step(trainer.batches(data, next(steps)), between=between), PEAK_STEPS

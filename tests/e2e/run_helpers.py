@@ -92,6 +92,17 @@ def run_cli(args: list[str], cwd: Path, environ: dict[str, str], timeout: float 
     return CliRun(proc.returncode, out, err, seen, cmdlines)
 
 
+def run_shipped(name: str, tmp_path: Path, timeout: float = 600) -> tuple[Path, dict[str, dict]]:
+    """`suite run scenarios/<name>.yaml` into tmp_path/results; (the results folder, {cell-r: result dict} of its
+    one run folder).  Asserts the run exited 0."""
+    results = tmp_path / "results"
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / f"{name}.yaml"
+    run = run_cli(["run", str(scenario), "--results", str(results)], tmp_path, env(), timeout=timeout)
+    assert run.returncode == 0, run.stderr
+    (folder,) = run_dirs(results, name)
+    return results, cell_results(folder)
+
+
 def run_dirs(results: Path, scenario: str) -> list[Path]:
     base = results / scenario
     return sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []

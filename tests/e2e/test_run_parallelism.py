@@ -4,22 +4,16 @@ mesh and the host bytes recorded, and the plan's numbers stored beside them."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.e2e.run_helpers import cell_results, env, run_cli, run_dirs
+from tests.e2e.run_helpers import run_shipped
 
 pytestmark = pytest.mark.slow
-SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "parallelism-cpu.yaml"
 
 
 def test_hsdp_and_offload_match_zero3_end_to_end(tmp_path):
-    results = tmp_path / "results"
-    run = run_cli(["run", str(SCENARIO), "--results", str(results)], tmp_path, env(), timeout=600)
-    assert run.returncode == 0, run.stderr
-    (folder,) = run_dirs(results, "parallelism-cpu")
-    got = {r["axes"]["strategy"]: r for r in cell_results(folder).values()}
+    _, results = run_shipped("parallelism-cpu", tmp_path)
+    got = {r["axes"]["strategy"]: r for r in results.values()}
     assert set(got) == {"zero3", "hsdp", "zero3-offload", "hsdp-offload"}
     for name, r in got.items():
         match = next(g for g in r["gates"] if g["name"] == "match")

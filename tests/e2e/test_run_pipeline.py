@@ -5,22 +5,16 @@ stored and reported."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.e2e.run_helpers import cell_results, env, run_cli, run_dirs
+from tests.e2e.run_helpers import env, run_cli, run_shipped
 
 pytestmark = pytest.mark.slow
-SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "frontier-cpu.yaml"
 
 
 def test_pipelines_match_zero3_and_report_their_bubble(tmp_path):
-    results = tmp_path / "results"
-    run = run_cli(["run", str(SCENARIO), "--results", str(results)], tmp_path, env(), timeout=600)
-    assert run.returncode == 0, run.stderr
-    (folder,) = run_dirs(results, "frontier-cpu")
-    got = {r["axes"]["pipeline_schedule"]: r for r in cell_results(folder).values()}
+    results, stored = run_shipped("frontier-cpu", tmp_path)
+    got = {r["axes"]["pipeline_schedule"]: r for r in stored.values()}
     assert set(got) == {None, "gpipe", "1f1b", "interleaved-1f1b"}
     assert got[None]["pipeline"] is None
     for schedule in ("gpipe", "1f1b", "interleaved-1f1b"):
@@ -36,3 +30,4 @@ def test_pipelines_match_zero3_and_report_their_bubble(tmp_path):
     assert report.returncode == 0, report.stderr
     text = "\n".join(p.read_text() for p in (tmp_path / "report").glob("*.md"))
     assert "bubble measured (%)" in text and "bubble predicted (%)" in text and "model states per stage" in text
+    assert "Step time and bubble by sched" in text  # the pipeline pivot

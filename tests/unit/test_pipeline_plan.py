@@ -152,3 +152,19 @@ def test_the_frontier_scenarios_are_planned_here(name):
                for r in rows}
         assert mem[(131072, 8)] < mem[(131072, 4)] < mem[(131072, 2)] < mem[(131072, 1)]
         assert mem[(131072, 2)] == pytest.approx(mem[(65536, 1)], rel=0.05)  # the same tokens per rank
+
+
+def test_max_micro_batch_of_a_pipeline_reads_the_as_implemented_model():
+    from suite.plan.search import max_micro_batch
+
+    cell = pp(2, "1f1b", 4, gpus=2, gpu_memory_gb=0.05)
+
+    def no_trace(_cell):
+        raise AssertionError("a pipeline cell is not traced")
+
+    answer = max_micro_batch(cell, no_trace, 0.1)
+    assert answer.basis == "as-implemented" and answer.error is None
+    m = answer.micro_batch_size
+    assert m is not None and m > 1 and answer.next_micro_batch == m + 1
+    total = predict(cell.model_copy(update={"micro_batch_size": m})).as_implemented.total
+    assert answer.peak == int(total) <= answer.limit < answer.next_peak

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from suite.plan.pipeline import bubble_fraction
+from suite.report.pivots import pipeline_pivot
 from suite.report.tables import cell_row, display_columns
 from suite.results.schema import TensorBytes
 from suite.runner.aggregate import aggregate, pipeline_measured
@@ -77,3 +78,18 @@ def test_a_reference_without_stages_has_no_schedule():
     axes = {"pipeline_parallel": 2, "pipeline_schedule": "1f1b", "strategy": "zero3"}
     assert reference_axes(axes, "pipeline_parallel", 1) == {"pipeline_parallel": 1, "pipeline_schedule": None,
                                                            "strategy": "zero3"}
+
+
+def test_the_pipeline_pivot_puts_step_time_and_bubble_by_schedule():
+    rows = []
+    for schedule, step, bubble in (("gpipe", 0.2, 0.30), ("1f1b", 0.1, 0.25)):
+        cell = make_cell(model=DEEP, gpus=2, strategy="ddp", pipeline_parallel=2, pipeline_schedule=schedule,
+                         micro_batch_size=1, global_batch_size=4)
+        result = make_result(cell, step_times_s=[step] * 3,
+                             pipeline={"bubble": bubble, "bubble_predicted": 0.2, "stage_states": [1, 2]})
+        rows.append(cell_row(_run(result), [result]))
+    pivot = pipeline_pivot(rows, ["pipeline_schedule"])
+    assert pivot is not None and pivot.header[1:] == ["sched gpipe", "sched 1f1b"]  # the schedules' table order
+    assert pivot.rows[0][1:] == ["200.0 ms, bubble 30.0 / 20.0 %", "100.0 ms, bubble 25.0 / 20.0 %"]
+    assert "lowest step time" in pivot.marked
+    assert pipeline_pivot(rows, ["strategy"]) is None

@@ -36,6 +36,9 @@ def planned_only(cell) -> str | None:
     if schedule == "zero-bubble":
         return (f"pipeline_parallel {pp} with zero-bubble: PyTorch's zero-bubble schedules hold several stages per "
                 "rank, the planner's ZB-H1 one; suite runs gpipe, 1f1b and interleaved-1f1b")
+    if cell.precision == "fp16-mixed":
+        return (f"pipeline_parallel {pp} in fp16-mixed: the schedule runs backward itself, so the GradScaler cannot "
+                "scale the loss first; use bf16-mixed")
     if cell.sequence_parallel or cell.loss_parallel:
         return (f"pipeline_parallel {pp} with sequence or loss parallelism: a stage after the first would get s / t of "
                 "the sequence and compute its rotary tables for that length (and the loss on vocabulary shards needs "

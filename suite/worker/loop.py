@@ -103,27 +103,16 @@ class Trainer:
 
     def step(self, batches: list[Batch], between: Callable[[], None] | None = None) -> torch.Tensor:
         """One optimizer step; returns this rank's mean loss (a device tensor: no host sync here)."""
-        par, opt, scaler, n = self.par, self.par.optimizer, self.scaler, len(batches)
+        par, opt, scaler = self.par, self.par.optimizer, self.scaler
         fault = self.faults.gradient_fault()  # a planted grad2x / desync for this step (tests only): None else
         opt.zero_grad(set_to_none=True)
-        total = torch.zeros((), device=self.device)
         if par.pipeline is not None:  # the schedule runs every micro-batch through the stages (and syncs gradients)
             with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
                 total = par.pipeline.step(batches)
             if between is not None:
                 between()
-            batches = []
-        for i, (x, y) in enumerate(batches):
-            with par.no_sync() if i < n - 1 or fault == "desync" else nullcontext():
-                with par.loss_context():  # loss_parallel: the loss and its backward on vocabulary shards
-                    with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
-                        loss = par.model(x, y) / n
-                    loss = self.faults.on_loss(loss)  # a nan fault poisons the first micro-batch only
-                    scaler.scale(loss).backward()
-            loss = loss.detach()
-            total += loss.full_tensor() if hasattr(loss, "full_tensor") else loss  # loss_parallel: a DTensor
-            if between is not None:
-                between()
+        else:
+            total = self._micro_batches(batches, between, fault)
         if fault != "desync":
             par.before_step()
         if fault == "grad2x":
@@ -131,6 +120,24 @@ class Trainer:
         scaler.step(opt)
         scaler.update()
         par.after_step()
+        return total
+
+    def _micro_batches(self, batches: list[Batch], between: Callable[[], None] | None, fault: str | None
+                       ) -> torch.Tensor:
+        """Forward and backward of each micro-batch, gradients synchronized on the last; the mean loss."""
+        par, n = self.par, len(batches)
+        total = torch.zeros((), device=self.device)
+        for i, (x, y) in enumerate(batches):
+            with par.no_sync() if i < n - 1 or fault == "desync" else nullcontext():
+                with par.loss_context():  # loss_parallel: the loss and its backward on vocabulary shards
+                    with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
+                        loss = par.model(x, y) / n
+                    loss = self.faults.on_loss(loss)  # a nan fault poisons the first micro-batch only
+                    self.scaler.scale(loss).backward()
+            loss = loss.detach()
+            total += loss.full_tensor() if hasattr(loss, "full_tensor") else loss  # loss_parallel: a DTensor
+            if between is not None:
+                between()
         return total
 
     def run(self, data: Data, events: EventLog, on_first_step: Callable[[], None],

@@ -24,6 +24,8 @@ them with `pip --no-index --no-deps --target` into a folder of their own and run
                  (MFU with its accounting, CUDA peaks beside the planner's textbook, as-implemented and
                  traced predictions)
     harness      suite's step against the bare loop (bare_loop.py), same cell, same process -> harness.json
+    layouts      sequence + loss, pipeline and context parallelism's code paths at world size 1, against the
+                 plain model, and the attention kernel each ran -> layouts.json
     compile      scenarios/gpu-check-compile.yaml: the none cell with compile: true
     offload      scenarios/gpu-check-offload.yaml: gpt2-medium zero3 vs zero3-offload
 
@@ -32,7 +34,7 @@ whole check has a budget (--budget, default 420 s): each step gets what is left 
 it is stopped (suite run keeps the cells it finished) and later steps are skipped, and report.md (a header
 of our own, then `suite report`) and results.tgz (the run folders) are rewritten after every step, so a check
 stopped from outside still leaves what it measured.  At most 8 files land in OUT: gpu-check.log,
-nvidia-smi.txt, versions.txt, plan.txt, harness.json, report.md, results.tgz.
+nvidia-smi.txt, versions.txt, plan.txt, harness.json, layouts.json, report.md, results.tgz.
 
 --rehearse builds a fresh environment with only what the GPU image has: a venv without site packages whose
 .pth points at a folder of links to this machine's torch, torchvision and the image's other packages (with
@@ -59,7 +61,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-STEPS = ("nvidia-smi", "install", "import", "plan", "cells", "harness", "compile", "offload")
+STEPS = ("nvidia-smi", "install", "import", "plan", "cells", "harness", "layouts", "compile", "offload")
 SCENARIOS = {"cells": "scenarios/gpu-check.yaml", "compile": "scenarios/gpu-check-compile.yaml",
              "offload": "scenarios/gpu-check-offload.yaml"}
 NEEDS_GPU = {"nvidia-smi"}
@@ -234,6 +236,16 @@ class Check:
         h = json.loads(out.read_text())
         return ("ok" if code == 0 else "failed"), f"suite/bare median step {h['ratio']:.3f}"
 
+    def layouts(self, left: float) -> tuple[str, str]:
+        out = self.out / "layouts.json"
+        code = self.sh([self.py, *_child("layouts"), out], left)
+        if not out.exists():
+            return ("timeout" if code == 124 else "failed"), f"exit {code}"
+        found = json.loads(out.read_text())
+        probes = ("sequence_and_loss_parallel", "pipeline", "context_parallel")
+        return ("ok" if code == 0 else "failed"), ", ".join(
+            f"{p}: {'ran' if found[p]['ok'] else 'refused'}" for p in probes if p in found)
+
     # ------------------------------------------------------------------------------------------ scenarios
     def scenario(self, key: str) -> str:
         """The scenario file a step runs: the committed one, or (--rehearse) its CPU copy."""
@@ -328,6 +340,7 @@ class Check:
             self.step("plan", self.plan)
             self.step("cells", self.run_scenario("cells"))
             self.step("harness", self.harness)
+            self.step("layouts", self.layouts)
             self.step("compile", self.run_scenario("compile"))
             self.step("offload", self.run_scenario("offload"))
             self.write_outputs()

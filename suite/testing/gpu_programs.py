@@ -114,7 +114,95 @@ def harness(scenario: str, out_json: str, steps: str, warmup: str, rounds: str) 
     return 0
 
 
-CHILDREN = {"standin": standin, "rehearsal-scenarios": rehearsal_scenarios, "harness": harness}
+def layouts(out_json: str) -> int:
+    """In the checked environment, on its device (CUDA when there is one): the code paths of sequence, loss,
+    pipeline and context parallelism at world size 1 (one GPU), each against the plain model or op, and which
+    attention kernel ran; writes OUT_JSON.  A probe that raises is recorded (its error), not fatal: on a CPU,
+    PyTorch's context parallelism refuses the CPU's attention kernel, and the rehearsal records exactly that."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from suite.models.build import build_model
+    from suite.models.llama import cross_entropy
+    from suite.techniques.pipeline_parallel import build_pipeline, split_stage
+    from suite.techniques.tensor_parallel import apply_tensor_parallel, loss_context
+    from suite.testing.builders import make_cell
+
+    class Ops(TorchDispatchMode):  # which attention ops ran
+        def __init__(self):
+            super().__init__()
+            self.seen: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "attention" in func.name() and func.name() not in self.seen:
+                self.seen.append(func.name())
+            return func(*args, **(kwargs or {}))
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("SUITE_LAYOUTS_PORT", "29631"),
+                      RANK="0", WORLD_SIZE="1")
+    dist.init_process_group("cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo")
+    torch.manual_seed(0)
+    cell = make_cell(model="llama-tiny", gpus=1, micro_batch_size=1, global_batch_size=2)
+    x = torch.randint(0, cell.model.vocab, (2, cell.seq_len), device=device)
+    y = torch.randint(0, cell.model.vocab, (2, cell.seq_len), device=device)
+    with torch.device(device):
+        reference = build_model(cell.model, cell.seed)
+    ref_loss = reference(x, y)
+    ref_loss.backward()
+
+    def model():
+        with torch.device(device):
+            return build_model(cell.model, cell.seed)
+
+    def sequence_and_loss_parallel() -> dict:
+        m = model()
+        apply_tensor_parallel(m, init_device_mesh(device.type, (1,), mesh_dim_names=("tp",)), True, True)
+        with loss_context(True)(), Ops() as ops:
+            loss = m(x, y)
+            loss.backward()
+        loss = loss.full_tensor() if hasattr(loss, "full_tensor") else loss
+        return {"loss": float(loss.detach()), "reference": float(ref_loss.detach()), "attention": ops.seen}
+
+    def pipeline() -> dict:
+        stage = split_stage(model(), 0, 1, copy_model=False)
+        group = init_device_mesh(device.type, (1,), mesh_dim_names=("pp",)).get_group()
+        pipe = build_pipeline([stage], [0], 1, "1f1b", 2, group, device, cross_entropy)
+        loss = pipe.step([(x[:1], y[:1]), (x[1:], y[1:])]) / pipe.ranks
+        return {"loss": float(loss), "reference": float(ref_loss.detach()), "busy_s": pipe.busy_s, "wall_s": pipe.wall_s}
+
+    def context_parallel() -> dict:
+        from torch.distributed.tensor.experimental import context_parallel as cp
+
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        q, k, v = (torch.randn(1, 4, 64, 16, device=device, dtype=dtype) for _ in range(3))
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        mesh = init_device_mesh(device.type, (1,), mesh_dim_names=("cp",))
+        with cp(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]), Ops() as ops:
+            got = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        got = got.full_tensor() if hasattr(got, "full_tensor") else got
+        return {"max_abs_diff": float((got.float() - want.float()).abs().max()), "attention": ops.seen}
+
+    result: dict = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                    "torch": torch.__version__}
+    for name, probe in (("sequence_and_loss_parallel", sequence_and_loss_parallel), ("pipeline", pipeline),
+                        ("context_parallel", context_parallel)):
+        try:
+            result[name] = {"ok": True, **probe()}
+        except Exception as exc:  # a probe's failure is its finding (recorded); the others still run
+            result[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:1500]}
+        print(f"layouts: {name}: {result[name]}", flush=True)
+    dist.destroy_process_group()
+    Path(out_json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+CHILDREN = {"standin": standin, "rehearsal-scenarios": rehearsal_scenarios, "harness": harness, "layouts": layouts}
 
 
 if __name__ == "__main__":

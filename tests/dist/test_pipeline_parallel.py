@@ -6,6 +6,7 @@
     4 ranks (2 stages x 2 data-parallel replicas, FSDP2 per stage)  zero3 1f1b, zero2 gpipe, zero3
                                                                     interleaved-1f1b (+ eval)
     4 ranks (2 stages x tensor_parallel 2, no replica)              1f1b (+ eval), interleaved-1f1b
+    8 ranks (2 stages x hsdp: 2 replicas x 2-rank shard groups)     1f1b
 
 What would fail: a stage cut in the wrong place or a part (embedding, head) on the wrong stage (the loss is off
 at step 1), gradients not divided by the micro-batches or reduced twice over the replicas (the gradient norm
@@ -19,7 +20,7 @@ import pytest
 
 from suite.plan.pipeline import stage_parameters
 from suite.testing.builders import make_cell
-from suite.testing.spawn import one_rank_references, run_named_groups
+from suite.testing.spawn import one_rank_references, run_group, run_named_groups
 
 DEEP = {"family": "llama", "layers": 4, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 172, "vocab": 256}
 EVAL = {"every_steps": 3, "batches": 1}
@@ -86,3 +87,16 @@ def test_bytes_per_stage_are_the_planners(world, name, groups):
             assert b.parameters == pytest.approx(4 * params / shard, rel=0.01), (r.rank, b)
     first, last = (records[0].tensor_bytes, records[-1].tensor_bytes)
     assert first.parameters < last.parameters  # the last stage holds the final norm besides the head
+
+
+def test_hsdp_per_stage_on_a_3d_mesh_matches_the_reference(tmp_path):
+    """8 ranks: 2 stages x (2 replicas x 2-rank shard groups), 1f1b (about 35 s here: 8 ranks on 2 cores)."""
+    settings = dict(PP, strategy="hsdp", shard_size=2, gpus=8, global_batch_size=16, pipeline_schedule="1f1b",
+                    steps=4)
+    cell = make_cell(**settings)
+    records = run_group([cell], tmp_path / "group", world=8)[cell.id]
+    ref = one_rank_references([settings], tmp_path / "ref", make_cell, model=DEEP, steps=4)[16]
+    assert all(r.status == "ok" for r in records), [r.error for r in records]
+    assert records[0].extra["mesh"] == [2, 2]  # FSDP2's (replicate, shard) part of the (2, 2, 2) mesh
+    assert records[0].losses == pytest.approx(ref.losses, rel=1e-5)
+    assert records[0].grad_norms == pytest.approx(ref.grad_norms, rel=1e-5)

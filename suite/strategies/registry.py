@@ -177,8 +177,8 @@ BUILTIN: tuple[StrategySpec, ...] = (
                  aliases=("fsdp",), tensor_parallel=True, keeps_gradients=False, pipeline=True),
     StrategySpec("hsdp", "zero3", "suite.strategies.fsdp:apply", _HSDP,
                  "FSDP2 on a 2-D mesh (replicate x shard): zero3 within each shard group of shard_size ranks, "
-                 "replicated across groups", shard_group=True, tensor_parallel=True, pipeline=True, checkpointable=False,
-                 extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False),
+                 "replicated across groups", shard_group=True, tensor_parallel=True, pipeline=True,
+                 checkpointable=False, extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False),
     StrategySpec("zero3-offload", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "zero3 with FSDP2's CPUOffloadPolicy: sharded parameters, gradients and the optimizer step on "
                  "the host; host-device copies in place of device memory", offload=True, checkpointable=False,

@@ -47,7 +47,8 @@ from torch import nn
 
 # the PyTorch schedule class that runs each runnable suite.axes.PIPELINE_SCHEDULES name
 TORCH_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved-1f1b": "ScheduleInterleaved1F1B"}
-PARTS = ("embed", "norm", "head")  # what a stage may hold besides blocks: the first stage the embedding, the last the rest
+# what a stage may hold besides blocks: the first stage the embedding, the last the final norm and the head
+PARTS = ("embed", "norm", "head")
 
 
 def stage_ids(pp_rank: int, pp: int, chunks: int) -> list[int]:
@@ -96,7 +97,7 @@ class Pipeline:
     last: bool
     ranks: int
     busy_s: float = 0.0  # seconds this rank's stages computed during the last step (module docstring)
-    wall_s: float = 0.0  # seconds the last step's schedule ran, from its first chunk to its last
+    wall_s: float = 0.0  # seconds the last step's schedule.step call took (every micro-batch, forward and backward)
 
     def time_stages(self, stages: list, device: torch.device) -> None:
         """Wrap each stage's compute calls so that `busy_s` adds up their time."""

@@ -174,7 +174,8 @@ def layouts(out_json: str) -> int:
         group = init_device_mesh(device.type, (1,), mesh_dim_names=("pp",)).get_group()
         pipe = build_pipeline([stage], [0], 1, "1f1b", 2, group, device, cross_entropy)
         loss = pipe.step([(x[:1], y[:1]), (x[1:], y[1:])]) / pipe.ranks
-        return {"loss": float(loss), "reference": float(ref_loss.detach()), "busy_s": pipe.busy_s, "wall_s": pipe.wall_s}
+        return {"loss": float(loss), "reference": float(ref_loss.detach()), "busy_s": pipe.busy_s,
+                "wall_s": pipe.wall_s}
 
     def context_parallel() -> dict:
         from torch.distributed.tensor.experimental import context_parallel as cp

@@ -4,10 +4,10 @@ Each layout runs as one spawned gloo group (suite.testing.spawn): p = 2 stages w
 one rank per stage, one thread each), m = 4p and 8p micro-batches per step of 512 tokens, under gpipe, 1f1b and
 interleaved-1f1b.  The model is deep and wide enough, and the sequence long enough, that the blocks' work
 dominates (the first stage's embedding and the last stage's head and loss are small beside them, and so are the
-point-to-point messages: one 512 KiB activation or gradient per micro-batch and stage boundary).  The bubble is what the runner stores
-(suite.runner.aggregate.pipeline_measured): 1 - the seconds a rank's stages computed / its step time, over the
-steps after warm-up, the mean over the ranks; the formula is plan/pipeline.bubble_fraction.  The record says on
-which machine, with which commit and how busy the machine was.
+point-to-point messages: one 512 KiB activation or gradient per micro-batch and stage boundary).  The bubble is
+what the runner stores (suite.runner.aggregate.pipeline_measured): 1 - the seconds a rank's stages computed /
+the schedule's time, over the steps after warm-up, the mean over the ranks; the formula is
+plan/pipeline.bubble_fraction.  The record says on which machine, with which commit and how busy the machine was.
 
 Issue 36's measure: within 20% of the formula (relative) for m >= 4p.  What the measure also holds: the waits for
 messages and the schedule's own work are idle time here, and the formula has neither; interleaved-1f1b sends twice

@@ -77,7 +77,10 @@ def evaluate(par: Parallel, data: Data, cell: Cell, device: torch.device, step: 
     """Evaluate `cell.eval.batches` held-out global batches after `step` optimizer steps."""
     synchronize(device)
     t0 = time.perf_counter()
-    sums = _pipeline_sums(par, data, cell, device) if par.pipeline else _sums(par.model, data, cell, device, par.autocast)
+    if par.pipeline is not None:
+        sums = _pipeline_sums(par, data, cell, device)
+    else:
+        sums = _sums(par.model, data, cell, device, par.autocast)
     torch.distributed.all_reduce(sums)
     synchronize(device)
     loss_sum, targets, right = sums.tolist()

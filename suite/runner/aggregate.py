@@ -101,8 +101,8 @@ def overhead(launch_start: float, launch_end: float, setup_done_t: float | None,
 
 def pipeline_measured(records: list[RankRecord], prediction: dict[str, Any], stages: int) -> PipelineMeasured | None:
     """The measured bubble (mean over ranks of 1 - busy / schedule time over the steps after warm-up) and each
-    stage's model states (its first rank's: the mesh is (pp, dp), so stage i starts at rank i x replicas); None
-    without pipeline parallelism."""
+    stage's model states (its first rank's: the mesh is (pp, dp, tp), so stage i starts at rank i x its
+    data- x tensor-parallel ranks); None without pipeline parallelism."""
     if stages == 1:
         return None
     bubbles = []
@@ -110,8 +110,8 @@ def pipeline_measured(records: list[RankRecord], prediction: dict[str, Any], sta
         busy, wall = r.pipeline_busy_s[r.warmup_steps:], r.pipeline_s[r.warmup_steps:]
         if busy and len(busy) == len(wall) and sum(wall) > 0:
             bubbles.append(1.0 - sum(busy) / sum(wall))
-    by_rank, replicas = {r.rank: r for r in records}, max(1, records[0].world_size // stages)
-    firsts = [by_rank.get(i * replicas) for i in range(stages)]
+    by_rank, per_stage = {r.rank: r for r in records}, max(1, records[0].world_size // stages)
+    firsts = [by_rank.get(i * per_stage) for i in range(stages)]
     tb = [r.tensor_bytes if r is not None else None for r in firsts]
     states = [b.parameters + b.gradients + b.optimizer_states + b.master_weights for b in tb if b is not None]
     return PipelineMeasured(bubble=sum(bubbles) / len(bubbles) if bubbles else None,

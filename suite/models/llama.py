@@ -134,18 +134,22 @@ class Llama(nn.Module):
         angles = torch.cat((angles, angles), dim=-1)  # the same angle for both halves (see rotate_half)
         return angles.cos(), angles.sin()
 
-    def logits(self, inputs: torch.Tensor) -> torch.Tensor:
+    def logits(self, inputs: torch.Tensor, seq_len: int | None = None) -> torch.Tensor:
         """Token ids -> logits.  A pipeline stage is this model with some parts set to None (as torchtitan does;
         suite/techniques/pipeline_parallel.py): without `embed` the inputs are the previous stage's hidden
-        states, without `head` the result is this stage's."""
-        cos, sin = self.rotary(inputs.shape[1], inputs.device)  # the whole sequence, even where SP splits x
+        states, without `head` the result is this stage's.  `seq_len`: the positions the rotary tables cover
+        when the inputs hold only part of the sequence (default: the inputs' length)."""
+        # the whole sequence, even where SP splits x: attention sees all of it (a later pipeline stage under SP
+        # receives s / t hidden states, so its caller says how long the sequence is)
+        cos, sin = self.rotary(seq_len or inputs.shape[1], inputs.device)
         x = self.embed(inputs) if self.embed is not None else inputs
         for block in self.blocks:
             x = block(x, cos, sin)
         return self.head(self.norm(x)) if self.head is not None else x
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
-        logits = self.logits(inputs)
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None,
+                seq_len: int | None = None) -> torch.Tensor:
+        logits = self.logits(inputs, seq_len)
         if targets is None:  # evaluation (see gpt.py)
             return logits
         return cross_entropy(logits, targets)

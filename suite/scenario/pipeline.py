@@ -23,8 +23,8 @@ from suite.strategies import registry
 def planned_only(cell) -> str | None:
     """Why suite plans `cell` but cannot run it yet ("context_parallel 2: ..."), or None when it can: the runner
     skips such cells (infeasible), the worker refuses them.  Runnable pipelines: llama stages under gpipe, 1f1b
-    or interleaved-1f1b, with a strategy that takes a data-parallel sub-mesh, and tensor parallelism without
-    sequence or loss parallelism."""
+    or interleaved-1f1b, with a strategy that takes a data-parallel sub-mesh, and tensor parallelism (with
+    sequence parallelism, without loss parallelism)."""
     pp, cp = getattr(cell, "pipeline_parallel", 1), getattr(cell, "context_parallel", 1)
     if cp > 1:
         return f"context_parallel {cp}: suite has no context-parallel worker yet"
@@ -39,10 +39,10 @@ def planned_only(cell) -> str | None:
     if cell.precision == "fp16-mixed":
         return (f"pipeline_parallel {pp} in fp16-mixed: the schedule runs backward itself, so the GradScaler cannot "
                 "scale the loss first; use bf16-mixed")
-    if cell.sequence_parallel or cell.loss_parallel:
-        return (f"pipeline_parallel {pp} with sequence or loss parallelism: a stage after the first would get s / t of "
-                "the sequence and compute its rotary tables for that length (and the loss on vocabulary shards needs "
-                "its context around the schedule); suite runs pipelines x plain tensor parallelism only")
+    if cell.loss_parallel:
+        return (f"pipeline_parallel {pp} with loss parallelism: the loss on vocabulary shards needs its context "
+                "around the schedule, and the last stage would hand the schedule a sharded DTensor; suite runs "
+                "pipelines x tensor parallelism with or without sequence parallelism")
     spec = registry.get(cell.strategy)
     if not spec.pipeline:
         ok = ", ".join(n for n in registry.names() if registry.get(n).pipeline)

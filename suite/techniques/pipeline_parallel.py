@@ -120,9 +120,12 @@ class Pipeline:
                     setattr(stage, name, timed(getattr(stage, name)))
 
     def _feed(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[tuple, dict]:
+        """The schedule's arguments: the token ids (first stage), the targets (last) and, to every stage, the
+        sequence's length (a stage after the first under sequence parallelism receives s / t of it)."""
         inputs = torch.cat([x for x, _ in batches]) if self.first else None
         targets = torch.cat([y for _, y in batches]) if self.last else None
-        return ((inputs,) if self.first else ()), ({"target": targets} if self.last else {})
+        kwargs = {"seq_len": batches[0][0].shape[1]} | ({"target": targets} if self.last else {})
+        return ((inputs,) if self.first else ()), kwargs
 
     def step(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
         """Forward and backward of all the step's micro-batches; p x the mean loss on the last stage, else 0."""

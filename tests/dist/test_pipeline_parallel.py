@@ -38,7 +38,10 @@ GROUPS = {
         "tp2-1f1b": dict(PP, strategy="ddp", gpus=4, global_batch_size=4, pipeline_schedule="1f1b",
                          tensor_parallel=2, eval=EVAL),
         "tp2-interleaved": dict(PP, strategy="ddp", gpus=4, global_batch_size=4,
-                                pipeline_schedule="interleaved-1f1b", tensor_parallel=2)},
+                                pipeline_schedule="interleaved-1f1b", tensor_parallel=2),
+        # a later stage receives s / t of the sequence (Pipeline passes the whole length for its rotary tables)
+        "tp2-sp-1f1b": dict(PP, strategy="ddp", gpus=4, global_batch_size=4, pipeline_schedule="1f1b",
+                            tensor_parallel=2, sequence_parallel=True, eval=EVAL)},
 }
 NAMES = [(world, name) for world, group in GROUPS.items() for name in group]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -81,7 +84,11 @@ def test_bytes_per_stage_are_the_planners(world, name, groups):
         stage = r.rank // per_stage  # the mesh is (pp, dp, tp): a stage's ranks are consecutive
         params = stage_parameters(cell, stage)
         b = r.tensor_bytes
-        assert b.gradients == pytest.approx(4 * params / shard, rel=0.01), (r.rank, b)
+        # under sequence parallelism DTensor's embedding backward returns the gradient whole on each
+        # tensor-parallel rank, not as the weight's 1 / t row shard (plan/implemented.whole_embedding_gradient)
+        t = cell.tensor_parallel
+        whole = 4 * DEEP["vocab"] * DEEP["hidden"] * (t - 1) / t if cell.sequence_parallel and stage == 0 else 0
+        assert b.gradients == pytest.approx(4 * params / shard + whole, rel=0.01), (r.rank, b)
         assert b.optimizer_states == pytest.approx(8 * params / shard, rel=0.01), (r.rank, b)
         if cell.strategy != "zero2":  # zero2's unsharded working copy is counted apart (master weights)
             assert b.parameters == pytest.approx(4 * params / shard, rel=0.01), (r.rank, b)

@@ -116,10 +116,10 @@ def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
     offload = pp(2, "1f1b", 8, gpus=4, strategy="zero3-offload")
     gpt = make_cell(model={"family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "max_seq_len": 64},
                     gpus=2, pipeline_parallel=2, pipeline_schedule="gpipe", micro_batch_size=1, global_batch_size=2)
-    sp = pp(2, "1f1b", 4, gpus=4, tensor_parallel=2, sequence_parallel=True)
+    lp = pp(2, "1f1b", 4, gpus=4, tensor_parallel=2, loss_parallel=True)
     fp16 = pp(2, "1f1b", 4, precision="fp16-mixed")
     for cell, why in ((cp, "context-parallel worker"), (zb, "zero-bubble"), (replicas, "2 data-parallel replicas"),
-                      (offload, "strategy zero3-offload"), (gpt, "only llama"), (sp, "sequence or loss parallelism"),
+                      (offload, "strategy zero3-offload"), (gpt, "only llama"), (lp, "loss parallelism"),
                       (fp16, "GradScaler")):
         reason = infeasible_reason(cell, predict(cell), gpu_count=8)
         assert reason is not None and "planned (suite plan), not run" in reason and why in reason, reason

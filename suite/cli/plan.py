@@ -207,15 +207,17 @@ def _notes(rows: list[dict], headroom: float | None) -> list[str]:
     """What the columns mean, and every trace failure and trace note once."""
     notes = ["textbook: ZeRO paper + Korthikanti et al. (s x s attention scores stored); as implemented: what "
              "the code holds (fp32 parameters under autocast, fused attention); traced: peak of the real code "
-             "on fake tensors (rank 0). fits uses the traced peak when there is one.",
+             "on fake tensors (rank 0; with pipeline stages, the worst pipeline rank). fits uses the traced peak "
+             "when there is one.",
              "units: memory in binary units (1 GiB = 2^30 bytes); gpu_memory_gb, which fits compares with, in "
              "10^9 bytes (an 80 GB GPU holds 74.5 GiB); FLOPs and bytes communicated in SI prefixes (10^3)."]
     if headroom is not None:
         notes.append(f"max mbs: largest micro-batch whose traced peak <= gpu_memory_gb x (1 - {headroom:g}), then "
                      "the next micro-batch's peak and the limit it misses; a trace counts allocated bytes, the "
                      "headroom covers what the CUDA caching allocator reserves beyond them, the CUDA context and "
-                     "NCCL buffers (plan/search.py); + : search capped; pipeline- and context-parallel cells are "
-                     "not traced yet: their search reads the as-implemented model's largest stage (\"as implemented\")")
+                     "NCCL buffers (plan/search.py); + : search capped; pipeline- and context-parallel cells: "
+                     "the search reads the as-implemented model's largest stage (\"as implemented\"; context "
+                     "parallelism is not traced, a pipeline's trace is one per pipeline rank)")
     if any(r["recompute_flops_per_token"] for r in rows):
         notes.append("recompute: forward FLOPs per token the checkpointing policy reruns in backward (hardware "
                      "work: HFU counts it, MFU does not; plan/recompute.py)")
@@ -233,6 +235,11 @@ def _notes(rows: list[dict], headroom: float | None) -> list[str]:
             notes.append(f"cell {r['cell']}: {pl['stages']} stages ({pl['schedule']}, {pl['micro_batches']} "
                          f"micro-batches, in flight {pl['in_flight'][0]:g} on the first): as implemented per stage "
                          f"[{stages}]")
+            traced = (r["traced"] or {}).get("stages") or []
+            if traced:
+                peaks = ", ".join(nbytes(st["peak"]) for st in traced)
+                notes.append(f"cell {r['cell']}: traced per pipeline rank [{peaks}] (worst: rank "
+                             f"{r['traced']['peak_stage']})")
     seen = set()
     for r in rows:
         items = [f"cell {r['cell']}: not traced: {r['trace_error']}"] if r["trace_error"] else []

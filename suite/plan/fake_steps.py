@@ -14,7 +14,7 @@ from suite.models.build import build_model, materialize
 from suite.plan.depth import PhaseLog
 from suite.worker.loop import Trainer
 from suite.worker.measure import track_peaks
-from suite.worker.parallelize import parallelize
+from suite.worker.parallelize import data_replica, parallelize
 
 # What CUDA's SDPA would run instead of the CPU kernel a trace sees (same O(s)-per-head saved tensors).
 _CUDA_ATTENTION = {"fp32": "memory-efficient attention (flash needs 16-bit inputs)",
@@ -73,10 +73,13 @@ def run_traced(cell, steps: int, phase: list[str], phases: bool = False) -> dict
     with torch._subclasses.fake_tensor.unset_fake_temporarily():
         # real (small) token batches, drawn outside the fake mode and the tracker: sampling them op by op
         # under both costs more than the step; the fake mode lifts them on first use
-        data = build_data(cell, 0, world // cell.tensor_parallel)  # rank 0's data-parallel slice
+        data = build_data(cell, *data_replica(cell, torch.distributed.get_rank(), world))  # this rank's slice
         batches = [data.micro_batches(i) for i in range(steps)]
     counted: dict[str, int] = {}
     step = iter(range(steps))
+    if par.pipeline is not None and par.tracker == "fsdp":  # track_peaks uses MemTracker for a schedule's step
+        notes.append("pipeline: traced with MemTracker (FSDP's all-gathered and reduce-scattered buffers are "
+                     "labelled as temporaries, not by their FSDP role)")
 
     def run_step(between) -> None:
         i = next(step)
@@ -94,12 +97,14 @@ def run_traced(cell, steps: int, phase: list[str], phases: bool = False) -> dict
     phase.append("running the training steps")
     attention = _AttentionOps()
     with attention:
-        peaks, at_peak = track_peaks(par, run_step, steps, observe=log.observe if log else None)
+        peaks, at_peak = track_peaks(par, run_step, steps, observe=log.observe if log else None,
+                                     schedule=par.pipeline is not None)
     if attention.seen:
         notes.append(f"attention: traced with aten.{attention.seen.split('::')[-1]} (CPU); on CUDA, SDPA would "
                      f"pick {_CUDA_ATTENTION[cell.precision]}, which also never stores the s x s scores")
     return {
         "at_peak": at_peak, "category_peaks": {k: v for k, v in peaks.by_category.items()}, "counted": counted,
-        "tracker": "FSDPMemTracker" if par.tracker == "fsdp" else "MemTracker",
+        "tracker": "FSDPMemTracker" if par.tracker == "fsdp" and par.pipeline is None else "MemTracker",
         "attention_kernel": attention.seen, "notes": notes, "phases": log.phases if log else None,
+        "stages": par.extra.get("pipeline_stages", [0]),
     }

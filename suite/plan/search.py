@@ -95,8 +95,9 @@ def max_micro_batch(cell, get: Callable[[object], Trace | TraceFailure], headroo
 
 
 def untraced_layout(cell) -> bool:
-    """Pipeline- and context-parallel cells, which the trace does not follow yet (plan/trace.check_traceable):
-    their search reads the as-implemented model instead."""
+    """Pipeline- and context-parallel cells, whose search reads the as-implemented model: the trace does not
+    follow context parallelism yet, and a pipeline's is one full trace per pipeline rank with all its
+    micro-batches (minutes at 405B scale: too slow to repeat for every micro-batch size tried)."""
     return getattr(cell, "pipeline_parallel", 1) > 1 or getattr(cell, "context_parallel", 1) > 1
 
 

@@ -23,6 +23,13 @@ Depth: a stack of identical blocks is traced as two shallow copies whose every p
 depth (depth.py: exact against the full trace in the tests, 3-8 s for llama3-8b); `trace_cell(cell, full=True)`
 builds every layer, as do models and strategies depth.py cannot extrapolate (the Trace says which and why).
 
+Pipelines: each pipeline rank holds other stages, so a pipeline cell is traced once per pipeline rank (the
+fake group's rank set to that rank's first data-parallel rank), each in full, with all the step's micro-batches
+(`trace_micro_batches`); the worst rank's trace is the cell's, every rank's peak is in
+`Trace.stages`.  The stages get their neighbours' tensors up front (worker/parallelize._boundary_tensors) and
+the schedule runs inside a parent module, since torch's MemTracker refuses a top-level module's second forward
+before its backward, which every schedule does.
+
 Strategies that need extra care under fake tensors do it themselves, behind `dist.get_backend() == "fake"`
 (DDP: no constructor sync, an in-place comm hook); the device mesh is built outside the fake mode (fsdp.py).
 """
@@ -37,7 +44,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from suite.plan.depth import DepthError, Shallow, extrapolate, shallow_depths, why_full
-from suite.plan.trace_record import Trace, fold
+from suite.plan.trace_record import StagePeak, Trace, fold
 
 TRACE_STEPS = 2
 MAX_TRACE_MICRO_BATCHES = 2
@@ -60,10 +67,21 @@ def trace_key(cell) -> str:
     # the axes added later (shard_size, tensor_parallel, ...): only in the settings of cells that use them (old
     # keys stay as they were)
     key = {f: s[f] for f in _TRACE_FIELDS if f in s} | {
-        "micro_batches": min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES),
+        "micro_batches": trace_micro_batches(cell),
         "optimizer": s["optimizer"]["name"],  # always traced with the foreach implementation (traced_cell)
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def trace_micro_batches(cell) -> int:
+    """Micro-batches a traced step runs: at most 2 (accumulation is a steady state from the second on), but
+    all of a pipeline's: its stages' memory grows with every micro-batch of the step, not only with those a
+    schedule keeps in flight (PyTorch 2.14's 1f1b on 2 ranks, 4 micro-batches: the first stage's peak holds
+    twice the activations of a 2-micro-batch step; with all 4 traced, the trace is within 0.3% of the peak the
+    ranks measured)."""
+    if getattr(cell, "pipeline_parallel", 1) > 1:
+        return cell.grad_accum
+    return min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES)
 
 
 def check_traceable(cell, layers: int | None = None) -> None:
@@ -75,10 +93,6 @@ def check_traceable(cell, layers: int | None = None) -> None:
     reason = planned_only(cell)
     if reason:
         raise TraceError(f"{reason}, so there is no code to trace; plan uses the as-implemented model")
-    if cell.pipeline_parallel > 1:
-        raise TraceError(f"pipeline_parallel {cell.pipeline_parallel}: the trace does not follow a schedule's "
-                         "point-to-point messages between stages yet; plan uses the as-implemented model (per "
-                         "pipeline stage)")
     spec = registry.get(cell.strategy)
     if not spec.traceable:
         raise TraceError(f"strategy {cell.strategy} is registered with traceable=False: it cannot run under fake "
@@ -101,11 +115,12 @@ def traced_cell(cell):
     (none), so where a cell's peak falls in the optimizer step the trace errs high."""
     from suite.scenario.data import SyntheticData
 
-    micro_batches = min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES)
+    micro_batches = trace_micro_batches(cell)
     optimizer = cell.optimizer.model_copy(update={"fused": False})
+    replicas = cell.gpus // (cell.tensor_parallel * cell.pipeline_parallel * cell.context_parallel)
     return cell.model_copy(update={
         "compile": False, "data": SyntheticData(kind="synthetic"), "grad_accum": micro_batches,
-        "global_batch_size": cell.micro_batch_size * (cell.gpus // cell.tensor_parallel) * micro_batches,
+        "global_batch_size": cell.micro_batch_size * replicas * micro_batches,
         "optimizer": optimizer,
     })
 
@@ -120,15 +135,16 @@ def cell_notes(cell) -> list[str]:
                      "the cell's fused optimizer holds fewer step temporaries, so a peak in the step errs high")
     if cell.compile:
         notes.append("compile: off in the trace (compiled graphs may free intermediates sooner)")
-    if cell.grad_accum > MAX_TRACE_MICRO_BATCHES:
-        notes.append(f"accumulation: {MAX_TRACE_MICRO_BATCHES} of the cell's {cell.grad_accum} micro-batches "
-                     "traced (a steady state from the second on)")
+    traced = trace_micro_batches(cell)
+    if cell.grad_accum > traced:
+        notes.append(f"accumulation: {traced} of the cell's {cell.grad_accum} micro-batches traced (a steady state "
+                     "from the second on)")
     return notes
 
 
 @contextmanager
-def fake_world(world: int):
-    """A fake process group of `world` ranks, this process rank 0, destroyed afterwards."""
+def fake_world(world: int, rank: int = 0):
+    """A fake process group of `world` ranks, this process `rank`, destroyed afterwards."""
     import sys
 
     import torch.distributed as dist
@@ -138,12 +154,30 @@ def fake_world(world: int):
         raise TraceError("a process group already exists in this process: trace from the planner, not a worker")
     hook = sys.excepthook  # init_process_group wraps it to prefix "[rank0]:", once more per group
     try:
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
         yield
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
         sys.excepthook = hook
+        _forget_sharding_plans()
+
+
+def _forget_sharding_plans() -> None:
+    """Empty DTensor's sharding-propagation caches.  They key on the device mesh by its shape and ranks and
+    hand back the mesh they first saw: a later fake world with an equal mesh (the next pipeline rank's trace)
+    would get specs that name the destroyed world's process groups ("Could not resolve the process group")."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    clear_native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)  # the C++ fast path's
+    if clear_native is not None:
+        clear_native()
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    for name in ("propagate_op_sharding", "_propagate_tensor_meta_cached"):
+        cache = getattr(propagator, name, None)
+        if hasattr(cache, "cache_clear"):
+            cache.cache_clear()
 
 
 def trace_cell(cell, full: bool = False) -> Trace:
@@ -153,6 +187,8 @@ def trace_cell(cell, full: bool = False) -> Trace:
     import torch
 
     t0 = time.perf_counter()
+    if cell.pipeline_parallel > 1:
+        return _pipeline_trace(cell, t0)
     why = "a full trace was asked for" if full else why_full(cell)
     notes: list[str] = []
     if why is None:
@@ -166,10 +202,32 @@ def trace_cell(cell, full: bool = False) -> Trace:
     labels = found["at_peak"]
     return Trace(peak=labels.get("Total", 0), at_peak=fold(labels), labels_at_peak=labels,
                  category_peaks=found["category_peaks"], counted=found["counted"], tracker=found["tracker"],
-                 world=cell.gpus, steps=TRACE_STEPS, micro_batches=min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES),
+                 world=cell.gpus, steps=TRACE_STEPS, micro_batches=trace_micro_batches(cell),
                  device="cpu", attention_kernel=found["attention_kernel"], notes=found["notes"] + notes,
                  seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__, method="full",
                  depths=[cell.model.layers], why_full=why)
+
+
+def _pipeline_trace(cell, t0: float) -> Trace:
+    """One full trace per pipeline rank (see the module docstring); the worst one is the cell's."""
+    import torch
+
+    check_traceable(cell)
+    tcell, p = traced_cell(cell), cell.pipeline_parallel
+    per_rank = cell.gpus // p  # the mesh is (pp, dp, tp): pipeline rank k's ranks start at k x gpus / p
+    found = [_run(cell, tcell, rank=k * per_rank) for k in range(p)]
+    stages = [StagePeak(pipeline_rank=k, stages=f["stages"], peak=f["at_peak"].get("Total", 0),
+                        at_peak=fold(f["at_peak"])) for k, f in enumerate(found)]
+    worst = max(range(p), key=lambda k: stages[k].peak)
+    labels = found[worst]["at_peak"]
+    return Trace(peak=stages[worst].peak, at_peak=fold(labels), labels_at_peak=labels,
+                 category_peaks=found[worst]["category_peaks"], counted=found[worst]["counted"],
+                 tracker=found[worst]["tracker"], world=cell.gpus, steps=TRACE_STEPS,
+                 micro_batches=trace_micro_batches(cell), device="cpu",
+                 attention_kernel=found[worst]["attention_kernel"], notes=found[worst]["notes"],
+                 seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__, method="full",
+                 depths=[cell.model.layers], why_full="pipeline: each pipeline rank's stages traced in full",
+                 stages=stages, peak_stage=worst)
 
 
 def shallow_traces(cell, depths: tuple[int, int] | None = None) -> list[tuple[dict[str, Any], Shallow]]:
@@ -206,22 +264,25 @@ def _extrapolated(cell, t0: float) -> Trace:
     return from_shallow(cell, shallow, time.perf_counter() - t0)
 
 
-def _run(cell, tcell, phases: bool = False) -> dict[str, Any]:
-    """run_traced for `tcell` inside a fake world and FakeTensorMode; errors name `cell` and the phase."""
+def _run(cell, tcell, phases: bool = False, rank: int = 0) -> dict[str, Any]:
+    """run_traced for `tcell` as `rank` inside a fake world and FakeTensorMode; errors name `cell` and the
+    phase."""
     phase = ["starting"]  # run_traced appends what it is doing, so an error says where it happened
     try:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         from suite.plan.fake_steps import run_traced
 
-        with fake_world(cell.gpus), FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings():
+        with fake_world(cell.gpus, rank), FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings():
             # torch's own chatter about fake tensors and ungraded parameters: not the user's problem
             warnings.filterwarnings("ignore", message=".*(FakeTensor|traceable wrapper-subclass).*")
             return run_traced(tcell, TRACE_STEPS, phase, phases=phases)
     except TraceError:
         raise
     except Exception as exc:  # any failure of the traced code: say which cell, where and what; never fall back
-        where = f"cell {cell.id} ({cell.strategy}, {cell.activation_checkpointing}, {cell.precision}) while {phase[-1]}"
+        who = f", rank {rank}" if rank else ""
+        where = (f"cell {cell.id} ({cell.strategy}, {cell.activation_checkpointing}, {cell.precision}{who}) while "
+                 f"{phase[-1]}")
         if type(exc).__name__ in ("DataDependentOutputException", "DynamicOutputShapeException"):
             raise TraceError(f"{where}: the code reads a tensor's value on the host ({exc.func}), which a fake "
                              "tensor does not have: it cannot be traced") from exc

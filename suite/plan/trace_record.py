@@ -47,6 +47,17 @@ def fold(labels: dict[str, int]) -> dict[str, int]:
     return out
 
 
+class StagePeak(BaseModel):
+    """One pipeline rank's traced peak (a pipeline cell is traced once per pipeline rank)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pipeline_rank: int = Field(description="The pipeline rank traced (0 holds the first stage).")
+    stages: list[int] = Field(description="The stages it holds (several under an interleaved schedule).")
+    peak: int = Field(description="Its largest total of tracked bytes.")
+    at_peak: dict[str, int] = Field(description="Bytes by suite category at that moment.")
+
+
 class Trace(BaseModel):
     """One cell's traced per-rank memory (rank 0's view of a `world`-rank job), in bytes."""
 
@@ -62,7 +73,8 @@ class Trace(BaseModel):
     tracker: str = Field(description="MemTracker or FSDPMemTracker.")
     world: int = Field(description="Ranks simulated by the fake process group.")
     steps: int = Field(description="Optimizer steps traced.")
-    micro_batches: int = Field(description="Micro-batches per traced step (the cell's, at most 2: see trace.py).")
+    micro_batches: int = Field(description="Micro-batches per traced step (the cell's, at most 2 without pipeline "
+                               "stages: trace.trace_micro_batches).")
     device: str = Field(description="Device the fake tensors claim (cpu: a fake cuda device needs a driver).")
     attention_kernel: str | None = Field(description="The attention op the trace ran (None: no attention).")
     notes: list[str] = Field(default_factory=list, description="Where the trace differs from a GPU run.")
@@ -75,6 +87,9 @@ class Trace(BaseModel):
     why_full: str | None = Field(None, description="Why a full trace (not extrapolated), when it is one.")
     peak_phase: str | None = Field(None, description="Extrapolated: the phase the peak falls in "
                                    "(step/micro-batch/stage/region).")
+    stages: list[StagePeak] = Field(default_factory=list, description="Pipeline cells: every pipeline rank's "
+                                    "peak (the Trace's other fields are the worst one's).")
+    peak_stage: int | None = Field(None, description="Pipeline cells: the pipeline rank whose peak is the cell's.")
 
 
 class TraceFailure(BaseModel):

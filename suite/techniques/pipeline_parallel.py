@@ -154,16 +154,20 @@ class Pipeline:
 
 
 def build_pipeline(modules: list[nn.Module], ids: list[int], stages: int, schedule: str, micro_batches: int,
-                   group, device: torch.device, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-                   ) -> Pipeline:
-    """The schedule over this rank's stage modules (already wrapped by the strategy), `ids` their stage numbers."""
+                   group, device: torch.device, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                   metadata: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> Pipeline:
+    """The schedule over this rank's stage modules (already wrapped by the strategy), `ids` their stage numbers.
+    `metadata`: each stage's (input, output) example tensors, where the stages cannot learn them by messages
+    at the first step (the planner's trace, under the fake process group); None: PyTorch's shape inference."""
     from torch.distributed import pipelining
 
     if schedule not in TORCH_SCHEDULES:
         raise ValueError(f"pipeline_schedule {schedule} has no PyTorch schedule in suite (runnable: "
                          f"{', '.join(TORCH_SCHEDULES)})")
     pp = torch.distributed.get_world_size(group)
-    built = [pipelining.PipelineStage(m, i, stages, device, group=group) for m, i in zip(modules, ids)]
+    metadata = metadata or [(None, None)] * len(ids)
+    built = [pipelining.PipelineStage(m, i, stages, device, group=group, input_args=inputs, output_args=outputs)
+             for m, i, (inputs, outputs) in zip(modules, ids, metadata)]
     cls = getattr(pipelining, TORCH_SCHEDULES[schedule])
     sched = cls(built if len(built) > 1 else built[0], micro_batches, loss_fn=loss_fn)
     pipeline = Pipeline(schedule=sched, group=group, first=0 in ids, last=stages - 1 in ids, ranks=pp)

@@ -101,14 +101,41 @@ def _category_peak_tracker(base: type) -> type:
     return CategoryPeaks
 
 
+def _schedule_mod_tracker():
+    """torch's ModTracker for a pipeline schedule's step (MemTracker's module bookkeeping).
+
+    A schedule runs a stage's forward for several micro-batches before their backwards, which MemTracker
+    refuses for a top-level module ("does not support memory tracking for multiple iterative calls").  It
+    accepts a submodule used several times in one iteration, i.e. one with a parent besides "Global": this
+    tracker keeps a named parent, "pipeline schedule", above the stages, and puts it back after each backward
+    (ModTracker resets its parents to {"Global"} when a backward ends)."""
+    from torch.distributed._tools.mod_tracker import ModTracker
+
+    parent = "pipeline schedule"
+
+    class ScheduleModTracker(ModTracker):
+        def __init__(self):
+            super().__init__()
+            self.parents.add(parent)
+
+        def _maybe_set_engine_callback(self):
+            if self._has_callback:
+                return
+            super()._maybe_set_engine_callback()  # queues the reset to {"Global"}; then, after it:
+            torch.autograd.Variable._execution_engine.queue_callback(lambda: self.parents.add(parent))
+
+    return ScheduleModTracker()
+
+
 def track_peaks(par: Parallel, run_step: Callable[[Callable[[], None]], None], steps: int = 2,
-                observe: Callable[[object, dict[str, int]], None] | None = None) -> tuple[PeakMemory, dict[str, int]]:
+                observe: Callable[[object, dict[str, int]], None] | None = None,
+                schedule: bool = False) -> tuple[PeakMemory, dict[str, int]]:
     """Run `steps` training steps under the memory tracker; `run_step(between)` runs one step and calls
     `between()` after every micro-batch's backward (the tracker needs its per-iteration stats reset).
     Returns the peaks and the tracker's categories at the moment of the largest total.  `observe(tracker,
     labels)`: called after every tracked allocation, free or resize (plan/depth.py names its phase)."""
     optimizer = getattr(par.optimizer, "optim", par.optimizer)  # ZeroRedundancyOptimizer: the local one
-    if par.tracker == "fsdp":
+    if par.tracker == "fsdp" and not schedule:  # it takes one FSDP root; a pipeline rank may hold several stages
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
         tracker = _category_peak_tracker(FSDPMemTracker)(par.model, optimizer, observe=observe)
@@ -116,6 +143,8 @@ def track_peaks(par: Parallel, run_step: Callable[[Callable[[], None]], None], s
         from torch.distributed._tools.mem_tracker import MemTracker
 
         tracker = _category_peak_tracker(MemTracker)(observe=observe)
+        if schedule:
+            tracker._mod_tracker = _schedule_mod_tracker()
         tracker.track_external(par.model, optimizer)
     with tracker:
         for _ in range(steps):
@@ -133,7 +162,7 @@ def track_peaks(par: Parallel, run_step: Callable[[Callable[[], None]], None], s
 
 def measure_peaks(par: Parallel, run_step: Callable[[Callable[[], None]], None], steps: int = 2) -> PeakMemory:
     """`track_peaks` without the breakdown at the peak (what a rank records)."""
-    return track_peaks(par, run_step, steps)[0]
+    return track_peaks(par, run_step, steps, schedule=par.pipeline is not None)[0]
 
 
 # ----------------------------------------------------------------------------------------------- output

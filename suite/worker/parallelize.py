@@ -83,14 +83,47 @@ def _pipeline(model: nn.Module, cell: Cell, device: torch.device, mesh, policy: 
     from suite.techniques.pipeline_parallel import build_pipeline, split_stage, stage_ids
 
     pp, chunks = cell.pipeline_parallel, PIPELINE_SCHEDULES[cell.pipeline_schedule]
+    stages = pp * chunks
     ids = stage_ids(mesh["pp"].get_local_rank(), pp, chunks)
-    parts = [_parallelize_part(split_stage(model, i, pp * chunks, copy_model=chunks > 1), cell, device, mesh, policy)
+    fake = torch.distributed.get_backend() == "fake"
+    boundary = _boundary_tensors(model, cell, device, mesh, policy) if fake else None
+    parts = [_parallelize_part(split_stage(model, i, stages, copy_model=chunks > 1), cell, device, mesh, policy)
              for i in ids]
     par = parts[0] if len(parts) == 1 else combine(parts, policy, device)
-    par.pipeline = build_pipeline([part.model for part in parts], ids, pp * chunks, cell.pipeline_schedule,
-                                  cell.grad_accum, mesh["pp"].get_group(), device, cross_entropy)
+    metadata = None
+    if boundary is not None:  # (inputs, outputs) of each stage: token ids or hidden states in, hidden or logits out
+        tokens, hidden, logits = boundary
+        metadata = [(tokens if i == 0 else hidden, logits if i == stages - 1 else hidden) for i in ids]
+    par.pipeline = build_pipeline([part.model for part in parts], ids, stages, cell.pipeline_schedule,
+                                  cell.grad_accum, mesh["pp"].get_group(), device, cross_entropy, metadata)
     par.extra = {**par.extra, "pipeline_stages": ids}
     return par
+
+
+def _boundary_tensors(model: nn.Module, cell: Cell, device: torch.device, mesh, policy: Policy):
+    """The tensors that cross stage boundaries, for the planner's trace (under the fake process group).
+
+    PyTorch's stages learn their neighbours' tensors by sending them at the first step (shape inference);
+    under the fake group nothing arrives, so the trace gives every stage its input and output up front.  They
+    come from a probe, not a guess: the first block (with the embedding) and the last (with the norm and head),
+    cut from copies of the model and parallelized like the stages, run one micro-batch under no_grad, so the
+    hidden states have the strategy's and tensor parallelism's real shape and dtype (s / t of the sequence
+    under SP, bf16 where the strategy casts parameters).  Returns (token ids, hidden states, logits), the last
+    two with requires_grad as the schedule's outputs have it."""
+    from contextlib import nullcontext
+
+    from suite.techniques import precision
+    from suite.techniques.pipeline_parallel import split_stage
+
+    layers = len(model.blocks)
+    first = _parallelize_part(split_stage(model, 0, layers, copy_model=True), cell, device, mesh, policy)
+    last = _parallelize_part(split_stage(model, layers - 1, layers, copy_model=True), cell, device, mesh, policy)
+    tokens = torch.zeros(cell.micro_batch_size, cell.seq_len, dtype=torch.long, device=device)
+    cast = precision.autocast(cell.precision, device) if first.autocast else nullcontext()
+    with torch.no_grad(), cast:
+        hidden = first.model(tokens)
+        logits = last.model(hidden, seq_len=cell.seq_len)
+    return tokens, torch.empty_like(hidden).requires_grad_(), torch.empty_like(logits).requires_grad_()
 
 
 def policy_of(cell: Cell) -> Policy:

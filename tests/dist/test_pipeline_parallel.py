@@ -19,6 +19,7 @@ from __future__ import annotations
 import pytest
 
 from suite.plan.pipeline import stage_parameters
+from suite.plan.trace import trace_cell
 from suite.testing.builders import make_cell
 from suite.testing.spawn import one_rank_references, run_group, run_named_groups
 
@@ -27,11 +28,12 @@ EVAL = {"every_steps": 3, "batches": 1}
 PP = dict(model=DEEP, micro_batch_size=1, pipeline_parallel=2)
 GROUPS = {
     2: {"gpipe": dict(PP, strategy="ddp", gpus=2, global_batch_size=4, pipeline_schedule="gpipe", eval=EVAL),
-        "1f1b": dict(PP, strategy="ddp", gpus=2, global_batch_size=4, pipeline_schedule="1f1b"),
+        "1f1b": dict(PP, strategy="ddp", gpus=2, global_batch_size=4, pipeline_schedule="1f1b", measure_peaks=True),
         "1f1b-full": dict(PP, strategy="ddp", gpus=2, global_batch_size=4, pipeline_schedule="1f1b",
                           activation_checkpointing="full"),
         "interleaved": dict(PP, strategy="ddp", gpus=2, global_batch_size=4, pipeline_schedule="interleaved-1f1b")},
-    4: {"zero3-1f1b": dict(PP, strategy="zero3", gpus=4, global_batch_size=8, pipeline_schedule="1f1b"),
+    4: {"zero3-1f1b": dict(PP, strategy="zero3", gpus=4, global_batch_size=8, pipeline_schedule="1f1b",
+                           measure_peaks=True),
         "zero2-gpipe": dict(PP, strategy="zero2", gpus=4, global_batch_size=8, pipeline_schedule="gpipe"),
         "zero3-interleaved": dict(PP, strategy="zero3", gpus=4, global_batch_size=8,
                                   pipeline_schedule="interleaved-1f1b", eval=EVAL),
@@ -94,6 +96,31 @@ def test_bytes_per_stage_are_the_planners(world, name, groups):
             assert b.parameters == pytest.approx(4 * params / shard, rel=0.01), (r.rank, b)
     first, last = (records[0].tensor_bytes, records[-1].tensor_bytes)
     assert first.parameters < last.parameters  # the last stage holds the final norm besides the head
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zero3-1f1b"])
+def test_each_stage_peak_is_the_traced_one(name, groups):
+    """The planner traces every pipeline rank on fake tensors (plan/trace.py); the ranks measured the same
+    code's peak with the same tracker on real tensors."""
+    cell, records = groups[name]
+    trace = trace_cell(cell)
+    per_stage = cell.gpus // cell.pipeline_parallel
+    assert [s.pipeline_rank for s in trace.stages] == list(range(cell.pipeline_parallel))
+    assert trace.peak == max(s.peak for s in trace.stages)
+    for r in records:
+        traced = trace.stages[r.rank // per_stage]
+        assert r.peaks is not None, r.extra
+        assert r.peaks.total == pytest.approx(traced.peak, rel=0.05), (r.rank, r.peaks, traced)
+
+
+def test_interleaved_and_sequence_parallel_stages_are_traced(groups):
+    """No rank measures these peaks (torch's ModTracker fails on real tensors there, the record says so); the
+    trace still follows every stage, the one holding the head heaviest under SP's whole-vocabulary logits."""
+    for name in ("zero3-interleaved", "tp2-sp-1f1b"):
+        cell, _ = groups[name]
+        trace = trace_cell(cell)
+        assert [s.stages for s in trace.stages] == ([[0, 2], [1, 3]] if name == "zero3-interleaved" else [[0], [1]])
+        assert all(s.peak > 0 for s in trace.stages) and trace.peak_stage is not None
 
 
 def test_hsdp_per_stage_on_a_3d_mesh_matches_the_reference(tmp_path):

@@ -127,12 +127,17 @@ def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
             check_traceable(cell)
 
 
-def test_runnable_pipelines_run_but_are_not_traced():
+def test_runnable_pipelines_run_and_are_traced_per_pipeline_rank():
     for cell in (pp(4, "1f1b", 8), pp(2, "interleaved-1f1b", 4), pp(2, "gpipe", 8, gpus=4, strategy="zero3"),
-                 pp(2, "1f1b", 4, gpus=4, tensor_parallel=2)):
+                 pp(2, "1f1b", 4, gpus=4, tensor_parallel=2, sequence_parallel=True)):
         assert infeasible_reason(cell, predict(cell), gpu_count=8) is None
-        with pytest.raises(TraceError, match="point-to-point"):
-            check_traceable(cell)
+        check_traceable(cell)
+    from suite.plan.trace import trace_cell
+
+    cell = pp(4, "1f1b", 8)
+    trace = trace_cell(cell)
+    assert [s.pipeline_rank for s in trace.stages] == [0, 1, 2, 3] and trace.micro_batches == cell.grad_accum
+    assert trace.peak == trace.stages[trace.peak_stage].peak == max(s.peak for s in trace.stages)
 
 
 @pytest.mark.parametrize("name", ["frontier", "frontier-long-context"])

@@ -26,9 +26,9 @@ builds every layer, as do models and strategies depth.py cannot extrapolate (the
 Pipelines: each pipeline rank holds other stages, so a pipeline cell is traced once per pipeline rank (the
 fake group's rank set to that rank's first data-parallel rank), each in full, with all the step's micro-batches
 (`trace_micro_batches`); the worst rank's trace is the cell's, every rank's peak is in
-`Trace.stages`.  The stages get their neighbours' tensors up front (worker/parallelize._boundary_tensors) and
-the schedule runs inside a parent module, since torch's MemTracker refuses a top-level module's second forward
-before its backward, which every schedule does.
+`Trace.stages`.  The stages get their neighbours' tensors up front (worker/parallelize._boundary_tensors), and
+the tracker keeps a named parent above the stages (worker/measure._schedule_mod_tracker), since torch's
+MemTracker refuses a top-level module's second forward before its backward, which every schedule does.
 
 Strategies that need extra care under fake tensors do it themselves, behind `dist.get_backend() == "fake"`
 (DDP: no constructor sync, an in-place comm hook); the device mesh is built outside the fake mode (fsdp.py).

@@ -85,22 +85,19 @@ def _pipeline(model: nn.Module, cell: Cell, device: torch.device, mesh, policy: 
     pp, chunks = cell.pipeline_parallel, PIPELINE_SCHEDULES[cell.pipeline_schedule]
     stages = pp * chunks
     ids = stage_ids(mesh["pp"].get_local_rank(), pp, chunks)
-    fake = torch.distributed.get_backend() == "fake"
-    boundary = _boundary_tensors(model, cell, device, mesh, policy) if fake else None
+    fake = torch.distributed.get_backend() == "fake"  # probed before the cut: split_stage may cut `model` itself
+    metadata = _boundary_tensors(model, cell, device, mesh, policy, ids, stages) if fake else None
     parts = [_parallelize_part(split_stage(model, i, stages, copy_model=chunks > 1), cell, device, mesh, policy)
              for i in ids]
     par = parts[0] if len(parts) == 1 else combine(parts, policy, device)
-    metadata = None
-    if boundary is not None:  # (inputs, outputs) of each stage: token ids or hidden states in, hidden or logits out
-        tokens, hidden, logits = boundary
-        metadata = [(tokens if i == 0 else hidden, logits if i == stages - 1 else hidden) for i in ids]
     par.pipeline = build_pipeline([part.model for part in parts], ids, stages, cell.pipeline_schedule,
                                   cell.grad_accum, mesh["pp"].get_group(), device, cross_entropy, metadata)
     par.extra = {**par.extra, "pipeline_stages": ids}
     return par
 
 
-def _boundary_tensors(model: nn.Module, cell: Cell, device: torch.device, mesh, policy: Policy):
+def _boundary_tensors(model: nn.Module, cell: Cell, device: torch.device, mesh, policy: Policy, ids: list[int],
+                      stages: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The tensors that cross stage boundaries, for the planner's trace (under the fake process group).
 
     PyTorch's stages learn their neighbours' tensors by sending them at the first step (shape inference);
@@ -108,8 +105,9 @@ def _boundary_tensors(model: nn.Module, cell: Cell, device: torch.device, mesh, 
     come from a probe, not a guess: the first block (with the embedding) and the last (with the norm and head),
     cut from copies of the model and parallelized like the stages, run one micro-batch under no_grad, so the
     hidden states have the strategy's and tensor parallelism's real shape and dtype (s / t of the sequence
-    under SP, bf16 where the strategy casts parameters).  Returns (token ids, hidden states, logits), the last
-    two with requires_grad as the schedule's outputs have it."""
+    under SP, bf16 where the strategy casts parameters).  Returns each of stages `ids`' (input, output): token
+    ids or hidden states in, hidden states or logits out, the outputs with requires_grad as the schedule's
+    have it."""
     from contextlib import nullcontext
 
     from suite.techniques import precision
@@ -123,7 +121,8 @@ def _boundary_tensors(model: nn.Module, cell: Cell, device: torch.device, mesh, 
     with torch.no_grad(), cast:
         hidden = first.model(tokens)
         logits = last.model(hidden, seq_len=cell.seq_len)
-    return tokens, torch.empty_like(hidden).requires_grad_(), torch.empty_like(logits).requires_grad_()
+    hidden, logits = torch.empty_like(hidden).requires_grad_(), torch.empty_like(logits).requires_grad_()
+    return [(tokens if i == 0 else hidden, logits if i == stages - 1 else hidden) for i in ids]
 
 
 def policy_of(cell: Cell) -> Policy:

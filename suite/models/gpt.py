@@ -106,18 +106,23 @@ class GPT(nn.Module):
             else:
                 nn.init.normal_(p, 0.0, 0.02)
 
-    def logits(self, inputs: torch.Tensor) -> torch.Tensor:
-        t = inputs.shape[1]
-        if t > self.shape.max_seq_len:
-            raise ValueError(f"sequence length {t} exceeds max_seq_len {self.shape.max_seq_len} (learned positions)")
-        pos = torch.arange(t, device=inputs.device)
-        x = self.wte(inputs) + self.wpe(pos)
+    def logits(self, inputs: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Token ids -> logits.  `positions`: each token's place in its sequence when the inputs are not the
+        sequence in order (context parallelism hands a rank chunks of its head and its tail; default 0 .. t-1)."""
+        if positions is None:
+            t = inputs.shape[1]
+            if t > self.shape.max_seq_len:
+                raise ValueError(f"sequence length {t} exceeds max_seq_len {self.shape.max_seq_len} (learned "
+                                 "positions)")
+            positions = torch.arange(t, device=inputs.device)
+        x = self.wte(inputs) + self.wpe(positions)
         for block in self.blocks:
             x = block(x)
         return F.linear(self.ln_f(x), self.wte.weight)  # tied head: no separate weight
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
-        logits = self.logits(inputs)
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        logits = self.logits(inputs, positions)
         if targets is None:  # evaluation: the logits, through forward so wrapped / sharded models gather weights
             return logits
         # The loss is computed in fp32 even when the model runs in bf16/fp16: log-softmax over a large vocab

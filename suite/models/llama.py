@@ -128,28 +128,33 @@ class Llama(nn.Module):
             else:
                 nn.init.normal_(p, 0.0, 0.02)
 
-    def rotary(self, t: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of angle position x frequency, shaped (t, head_dim) to broadcast over batch and heads."""
-        angles = torch.outer(torch.arange(t, device=device, dtype=torch.float32), self.inv_freq)
+        angles = torch.outer(positions.to(torch.float32), self.inv_freq)
         angles = torch.cat((angles, angles), dim=-1)  # the same angle for both halves (see rotate_half)
         return angles.cos(), angles.sin()
 
-    def logits(self, inputs: torch.Tensor, seq_len: int | None = None) -> torch.Tensor:
+    def logits(self, inputs: torch.Tensor, seq_len: int | None = None,
+               positions: torch.Tensor | None = None) -> torch.Tensor:
         """Token ids -> logits.  A pipeline stage is this model with some parts set to None (as torchtitan does;
         suite/techniques/pipeline_parallel.py): without `embed` the inputs are the previous stage's hidden
         states, without `head` the result is this stage's.  `seq_len`: the positions the rotary tables cover
-        when the inputs hold only part of the sequence (default: the inputs' length)."""
+        when the inputs hold only part of the sequence (default: the inputs' length).  `positions`: each input
+        token's place in its sequence, when the inputs are not the sequence in order (context parallelism hands
+        a rank chunks from its head and its tail; default: 0 .. seq_len - 1)."""
         # the whole sequence, even where SP splits x: attention sees all of it (a later pipeline stage under SP
         # receives s / t hidden states, so its caller says how long the sequence is)
-        cos, sin = self.rotary(seq_len or inputs.shape[1], inputs.device)
+        if positions is None:
+            positions = torch.arange(seq_len or inputs.shape[1], device=inputs.device)
+        cos, sin = self.rotary(positions)
         x = self.embed(inputs) if self.embed is not None else inputs
         for block in self.blocks:
             x = block(x, cos, sin)
         return self.head(self.norm(x)) if self.head is not None else x
 
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor | None = None,
-                seq_len: int | None = None) -> torch.Tensor:
-        logits = self.logits(inputs, seq_len)
+                seq_len: int | None = None, positions: torch.Tensor | None = None) -> torch.Tensor:
+        logits = self.logits(inputs, seq_len, positions)
         if targets is None:  # evaluation (see gpt.py)
             return logits
         return cross_entropy(logits, targets)

@@ -27,7 +27,9 @@ def planned_only(cell) -> str | None:
     sequence parallelism, without loss parallelism)."""
     pp, cp = getattr(cell, "pipeline_parallel", 1), getattr(cell, "context_parallel", 1)
     if cp > 1:
-        return f"context_parallel {cp}: suite has no context-parallel worker yet"
+        why = _context_parallel_not_run(cell, cp, pp)
+        if why:
+            return why
     if pp == 1:
         return None
     schedule, family = cell.pipeline_schedule, getattr(cell.model, "family", None)
@@ -53,6 +55,22 @@ def planned_only(cell) -> str | None:
         return (f"pipeline_parallel {pp} with strategy {cell.strategy} on {cell.gpus} gpus: DDP's reducer cannot "
                 f"have several micro-batches of a stage in flight, which every schedule does; with {replicas} "
                 "data-parallel replicas use zero2 or zero3")
+    return None
+
+
+def _context_parallel_not_run(cell, cp: int, pp: int) -> str | None:
+    """Why a context-parallel cell is planned only, or None: suite runs it on llama or gpt, alone or with
+    tensor parallelism, under a strategy over dp x cp ranks (not hsdp's 2-D mesh, not inside pipeline stages)."""
+    if pp > 1:
+        return (f"context_parallel {cp} with pipeline_parallel {pp}: the schedule splits the step into micro-batches "
+                "itself, so the sequence cannot be split around each one yet")
+    if cell.shard_size:
+        return (f"context_parallel {cp} with hsdp (shard_size {cell.shard_size}): suite flattens the data- and "
+                "context-parallel ranks into one dimension for the strategy, not into hsdp's two")
+    if cell.loss_parallel:
+        return f"context_parallel {cp} with loss parallelism: not run yet (tensor_parallel with sequence_parallel is)"
+    if getattr(cell.model, "family", None) not in ("llama", "gpt"):
+        return f"context_parallel {cp} on {getattr(cell.model, 'family', None)}: suite splits llama and gpt sequences"
     return None
 
 

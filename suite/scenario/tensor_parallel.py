@@ -67,6 +67,10 @@ def check_tensor_parallel(combo: dict[str, Any], shape: Any, src: SourceMap) -> 
         problems.append(f"{where}: strategy {strategy} composes with tensor_parallel only without data parallelism "
                         f"(gpus = {names}); gpus {gpus} / {layout} = {data_ranks(combo)} data-parallel ranks: "
                         "use zero3")
+    elif spec.family == "dp" and combo.get("context_parallel", 1) > 1:
+        problems.append(f"{where}: strategy {strategy} composes with tensor_parallel only without data parallelism, "
+                        f"and context_parallel {combo['context_parallel']} averages gradients over its ranks as data "
+                        "parallelism does (DDP cannot hold tensor-parallel DTensors): use zero3")
     problems += check_sequence_and_loss_parallel(combo, shape, src)
     per_node = gpus // max(1, combo.get("nodes", 1))
     if per_node % tp:  # consecutive ranks form a group (the mesh's last dimension): keep it on one node's links

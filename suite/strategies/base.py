@@ -33,6 +33,7 @@ from torch import nn
 
 from suite.results.schema import TensorBytes
 from suite.scenario.experiment import Optimizer
+from suite.techniques.context_parallel import ContextParallel
 from suite.techniques.pipeline_parallel import Pipeline
 
 
@@ -62,6 +63,9 @@ class Parallel:
     pipeline:    with pipeline parallelism, the schedule that runs a step's micro-batches through this rank's
                  stages (suite/techniques/pipeline_parallel.py; set by the worker's parallelize): the loop and
                  evaluation call it instead of `model`.  None otherwise.
+    context_parallel: with context parallelism, what splits each micro-batch's sequence over the cp ranks and
+                 makes attention a ring while the loop's forward and backward run inside it
+                 (suite/techniques/context_parallel.py; set by the worker's parallelize).  None otherwise.
     """
 
     model: nn.Module
@@ -76,6 +80,7 @@ class Parallel:
     extra: dict[str, Any] = field(default_factory=dict)
     loss_context: Callable[[], AbstractContextManager] = nullcontext
     pipeline: Pipeline | None = None
+    context_parallel: ContextParallel | None = None
 
 
 def combine(parts: list[Parallel], policy: Policy, device: torch.device) -> Parallel:

@@ -15,7 +15,10 @@ when it is not finite.
 
 With pipeline parallelism (`Parallel.pipeline`) the schedule takes all the step's micro-batches at once and runs
 them through the stages (suite/techniques/pipeline_parallel.py); what it returns averages, over the world, to the
-last stages' loss.  The planted loss and gradient faults below act on the plain loop only.
+last stages' loss.  The planted loss and gradient faults below act on the plain loop only.  With context
+parallelism (`Parallel.context_parallel`) each micro-batch's forward and backward run on this rank's share of
+the sequence (suite/techniques/context_parallel.py); its loss is the mean over those tokens, and the all-reduce
+of the loss above averages the shares back into the sequence's mean.
 
 Planted gradient faults (SUITE_FAULT, faults.py), inside the step: `grad2x` doubles the gradients the
 optimizer will read, after the strategy synchronized them (after `before_step`); `desync` runs every
@@ -28,9 +31,9 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Callable, TypedDict
+from typing import Callable, Iterator, TypedDict
 
 import torch
 
@@ -128,12 +131,13 @@ class Trainer:
         par, n = self.par, len(batches)
         total = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(batches):
-            with par.no_sync() if i < n - 1 or fault == "desync" else nullcontext():
-                with par.loss_context():  # loss_parallel: the loss and its backward on vocabulary shards
-                    with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
-                        loss = par.model(x, y) / n
-                    loss = self.faults.on_loss(loss)  # a nan fault poisons the first micro-batch only
-                    self.scaler.scale(loss).backward()
+            with par.no_sync() if i < n - 1 or fault == "desync" else nullcontext(), \
+                    par.loss_context(), \
+                    _sequence_split(par, x, y) as (x, y, where):  # loss_parallel: the loss on vocabulary shards
+                with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
+                    loss = par.model(x, y, **where) / n
+                loss = self.faults.on_loss(loss)  # a nan fault poisons the first micro-batch only
+                self.scaler.scale(loss).backward()
             loss = loss.detach()
             total += loss.full_tensor() if hasattr(loss, "full_tensor") else loss  # loss_parallel: a DTensor
             if between is not None:
@@ -175,3 +179,15 @@ class Trainer:
                 on_warmup_end()
             if after_step is not None:
                 after_step(step, loss)
+
+
+@contextmanager
+def _sequence_split(par: Parallel, x: torch.Tensor, y: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor, dict]]:
+    """(inputs, targets, the model's extra keywords) of one micro-batch as this rank runs it: with context
+    parallelism its share of the sequence and where those tokens sit (attention is a ring while open), else as
+    given."""
+    if par.context_parallel is None:
+        yield x, y, {}
+        return
+    with par.context_parallel.shard(x, y) as (xs, ys, positions):
+        yield xs, ys, {"positions": positions}

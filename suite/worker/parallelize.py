@@ -66,8 +66,11 @@ def _parallelize_part(model: nn.Module, cell: Cell, device: torch.device, mesh, 
         compile_blocks(model)
     if mesh is None:
         return apply(model, None, policy, device)
-    dp = ("replicate", "shard") if cell.shard_size else "dp"  # hsdp: a 2-D data-parallel part
-    par = apply(model, mesh[dp], policy, device)
+    par = apply(model, _data_mesh(cell, mesh), policy, device)
+    if cell.context_parallel > 1:
+        from suite.techniques.context_parallel import ContextParallel
+
+        par.context_parallel = ContextParallel(mesh["cp"])
     if cell.loss_parallel:
         from suite.techniques.tensor_parallel import loss_context
 
@@ -133,26 +136,45 @@ def policy_of(cell: Cell) -> Policy:
 
 def data_replica(cell: Cell, rank: int, world: int) -> tuple[int, int]:
     """(which data-parallel replica this rank belongs to, how many there are): the ranks of one tensor-parallel
-    group and of one pipeline (every stage) read the same batches.  The mesh's order (`_mesh`) decides it."""
-    tp, pp = cell.tensor_parallel, cell.pipeline_parallel
-    replicas = world // (tp * pp)
-    return (rank // tp) % replicas, replicas
+    group, of one context-parallel group (they split each sequence) and of one pipeline (every stage) read the
+    same batches.  The mesh's order (`_mesh`) decides it."""
+    tp, pp, cp = cell.tensor_parallel, cell.pipeline_parallel, cell.context_parallel
+    replicas = world // (tp * pp * cp)
+    return (rank // (tp * cp)) % replicas, replicas
 
 
 def _mesh(cell: Cell, device: torch.device):
-    """None without tensor or pipeline parallelism (the strategy builds its own over the world); else (pp, dp,
-    tp) with the dimensions of size 1 left out, dp as (replicate, shard) for hsdp.  tp last, so a
-    tensor-parallel group is consecutive ranks (one node's fast links); pp first, so the stages of a pipeline
-    are far apart and its point-to-point messages are what crosses nodes (torchtitan's order)."""
+    """None without tensor, pipeline or context parallelism (the strategy builds its own over the world); else
+    (pp, dp, cp, tp) with the dimensions of size 1 left out, dp as (replicate, shard) for hsdp.  tp last, so a
+    tensor-parallel group is consecutive ranks (one node's fast links), cp next (the ring's key/value exchange
+    every block); pp first, so the stages of a pipeline are far apart and its point-to-point messages are what
+    crosses nodes (torchtitan's order)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.distributed.device_mesh import init_device_mesh
 
-    tp, pp, shard = cell.tensor_parallel, cell.pipeline_parallel, cell.shard_size
-    if tp == 1 and pp == 1:
+    tp, pp, cp, shard = cell.tensor_parallel, cell.pipeline_parallel, cell.context_parallel, cell.shard_size
+    if tp == 1 and pp == 1 and cp == 1:
         return None
-    dp = cell.gpus // (tp * pp)
+    dp = cell.gpus // (tp * pp * cp)
     dims = [("pp", pp)] if pp > 1 else []
     dims += [("replicate", dp // shard), ("shard", shard)] if shard else [("dp", dp)]
+    dims += [("cp", cp)] if cp > 1 else []
     dims += [("tp", tp)] if tp > 1 else []
     with unset_fake_temporarily():  # the planner's trace runs under FakeTensorMode; a mesh needs real ranks
         return init_device_mesh(device.type, tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims))
+
+
+def _data_mesh(cell: Cell, mesh):
+    """The strategy's part of `mesh`: the data-parallel ranks, and with context parallelism the cp ranks with
+    them (each holds part of every sequence, so gradients are averaged over both: one flattened dimension, as
+    torchtitan's dp_shard_cp).  None when that is the whole world: the strategy then builds its own group."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    if cell.shard_size:  # hsdp: a 2-D data-parallel part (not with context parallelism: scenario/pipeline.py)
+        return mesh[("replicate", "shard")]
+    if cell.context_parallel == 1:
+        return mesh["dp"]
+    if cell.tensor_parallel * cell.pipeline_parallel == 1:
+        return None
+    with unset_fake_temporarily():
+        return mesh[("dp", "cp")]._flatten("dp_cp")

@@ -95,10 +95,10 @@ def max_micro_batch(cell, get: Callable[[object], Trace | TraceFailure], headroo
 
 
 def untraced_layout(cell) -> bool:
-    """Pipeline- and context-parallel cells, whose search reads the as-implemented model: the trace does not
-    follow context parallelism yet, and a pipeline's is one full trace per pipeline rank with all its
-    micro-batches (minutes at 405B scale: too slow to repeat for every micro-batch size tried)."""
-    return getattr(cell, "pipeline_parallel", 1) > 1 or getattr(cell, "context_parallel", 1) > 1
+    """Pipeline cells, whose search reads the as-implemented model: a pipeline's trace is one full trace per
+    pipeline rank with all its micro-batches (minutes at 405B scale: too slow to repeat for every micro-batch
+    size tried).  Context-parallel cells are traced like the others (the ring runs under the fake group)."""
+    return getattr(cell, "pipeline_parallel", 1) > 1
 
 
 class _Failed(Exception):

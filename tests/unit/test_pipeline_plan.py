@@ -1,7 +1,7 @@
 """Pipeline and context parallelism, planned: what validate refuses (naming the numbers), the arithmetic of
 plan/pipeline.py (bubble, micro-batches in flight, parameters per stage, point-to-point and ring traffic), the
-worst stage as the cell's bytes, the curated frontier scenarios planned on this machine, and the honest refusal
-to run or trace them (suite has no pipeline- or context-parallel worker yet)."""
+worst stage as the cell's bytes, the curated frontier scenarios planned on this machine, which layouts run and
+are traced, and the honest refusal of those that do not run yet (planned only)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ def pp(p=4, schedule="1f1b", m=8, **extra):
      "pipeline_schedule interleaved-1f1b needs micro-batches per step a multiple of pipeline_parallel 4; got 6"),
     (dict(model=DEEP, gpus=4, context_parallel=4, seq_len=36),
      "context_parallel 4 splits each sequence into 2 x 4 = 8 load-balanced chunks, which does not divide seq_len 36"),
+    (dict(model=DEEP, gpus=4, tensor_parallel=2, context_parallel=2, seq_len=64, strategy="ddp", global_batch_size=1),
+     "context_parallel 2 averages gradients over its ranks as data parallelism does"),
     (dict(model="vit-cifar10", seq_len=None, gpus=2, pipeline_parallel=2, global_batch_size=4),
      "pipeline_parallel 2 needs a llama or "
      "gpt model, not vit"),
@@ -110,7 +112,9 @@ def test_context_parallelism_divides_the_activations_by_c():
 
 
 def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
-    cp = make_cell(model=DEEP, gpus=2, context_parallel=2, seq_len=64, micro_batch_size=1, global_batch_size=1)
+    cp = pp(2, "1f1b", 4, gpus=4, context_parallel=2)  # the sequence split inside a pipeline's micro-batches
+    hsdp_cp = make_cell(model=DEEP, gpus=8, context_parallel=2, strategy="hsdp", shard_size=2, seq_len=64,
+                        micro_batch_size=1, global_batch_size=4)
     zb = pp(4, "zero-bubble", 8)
     replicas = pp(2, "1f1b", 8, gpus=4, strategy="ddp")  # DDP over a stage's 2 replicas: refused
     offload = pp(2, "1f1b", 8, gpus=4, strategy="zero3-offload")
@@ -118,7 +122,7 @@ def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
                     gpus=2, pipeline_parallel=2, pipeline_schedule="gpipe", micro_batch_size=1, global_batch_size=2)
     lp = pp(2, "1f1b", 4, gpus=4, tensor_parallel=2, loss_parallel=True)
     fp16 = pp(2, "1f1b", 4, precision="fp16-mixed")
-    for cell, why in ((cp, "context-parallel worker"), (zb, "zero-bubble"), (replicas, "2 data-parallel replicas"),
+    for cell, why in ((cp, "with pipeline_parallel 2"), (hsdp_cp, "hsdp"), (zb, "zero-bubble"), (replicas, "2 data-parallel replicas"),
                       (offload, "strategy zero3-offload"), (gpt, "only llama"), (lp, "loss parallelism"),
                       (fp16, "GradScaler")):
         reason = infeasible_reason(cell, predict(cell), gpu_count=8)
@@ -127,9 +131,13 @@ def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
             check_traceable(cell)
 
 
-def test_runnable_pipelines_run_and_are_traced_per_pipeline_rank():
+def test_runnable_pipelines_and_context_parallel_cells_run_and_are_traced():
+    cp = dict(model=DEEP, seq_len=64, micro_batch_size=1, context_parallel=2)
     for cell in (pp(4, "1f1b", 8), pp(2, "interleaved-1f1b", 4), pp(2, "gpipe", 8, gpus=4, strategy="zero3"),
-                 pp(2, "1f1b", 4, gpus=4, tensor_parallel=2, sequence_parallel=True)):
+                 pp(2, "1f1b", 4, gpus=4, tensor_parallel=2, sequence_parallel=True),
+                 make_cell(**cp, gpus=2, global_batch_size=1),
+                 make_cell(**cp, gpus=4, strategy="zero3", tensor_parallel=2, sequence_parallel=True,
+                           global_batch_size=1)):
         assert infeasible_reason(cell, predict(cell), gpu_count=8) is None
         check_traceable(cell)
     from suite.plan.trace import trace_cell

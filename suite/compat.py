@@ -49,6 +49,12 @@ DIFFERENCES: tuple[tuple[str, str, str, str], ...] = (
      "suite/plan/trace.py _forget_sharding_plans (between fake worlds)",
      "read in 2.14.1 only (2026-12-05): not yet compared with the v2.11.0 sources",
      "looked up with getattr: where absent, nothing is cleared (only a second fake world in one process needs it)"),
+    ("torch.distributed.tensor.experimental._context_parallel._attention._templated_ring_attention / "
+     "_templated_ring_attention_backward, DTensor._op_dispatcher._custom_op_handlers, DTensorSpec, TensorMeta",
+     "suite/techniques/context_parallel.py (the ring rule for the CPU attention kernel)",
+     "read in 2.14.1 only (2026-12-05); the module was torch.distributed.tensor.experimental._attention "
+     "before the package split (suite imports either)",
+     "private API, used on CPU only: a CUDA run goes through PyTorch's own context_parallel rules"),
     ("torch.testing._internal.distributed.fake_pg.FakeStore", "suite/plan/trace.py fake_world",
      "a Python dist.Store subclass in 2.11, the C++ store re-exported in 2.14", "same import, same use"),
     ("torch.utils.checkpoint.checkpoint(preserve_rng_state=...)",

@@ -115,6 +115,10 @@ class StrategySpec:
     # its gradients stay allocated between optimizer steps (DDP's bucket views, flat buffers); False: set to None
     # by zero_grad and made again in backward (FSDP2), so a peak at the start of backward holds none of them
     keeps_gradients: bool = True
+    # under no_sync (every micro-batch of a step but the last) it accumulates each rank's gradients unsharded,
+    # full size in fp32 (FSDP2's set_requires_gradient_sync(False): the reduce-scatter waits for the last
+    # micro-batch), so a later micro-batch's peak holds them beside the sharded ones
+    accumulates_unsharded: bool = False
     holds_fp32: Holds | None = None  # as implemented in fp32 (None: FP32_HOLDS of its family)
     holds_mixed: Holds | None = None  # in bf16/fp16-mixed (None: as in fp32, which is what autocast does)
     # shards within groups of the cell's shard_size ranks and replicates across groups (HSDP): its sharded
@@ -171,21 +175,25 @@ BUILTIN: tuple[StrategySpec, ...] = (
     StrategySpec("zero2", "zero2", "suite.strategies.fsdp:apply",
                  Comm(2, pattern="reduce-scatter of gradients + all-gather of parameters"),
                  "FSDP2 with reshard_after_forward=False: gradients and optimizer states sharded",
-                 holds_fp32=_FSDP2_ZERO2[0], holds_mixed=_FSDP2_ZERO2[1], keeps_gradients=False, pipeline=True),
+                 holds_fp32=_FSDP2_ZERO2[0], holds_mixed=_FSDP2_ZERO2[1], keeps_gradients=False, pipeline=True,
+                 accumulates_unsharded=True),
     StrategySpec("zero3", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "FSDP2 with reshard_after_forward=True: parameters, gradients and optimizer states sharded",
-                 aliases=("fsdp",), tensor_parallel=True, keeps_gradients=False, pipeline=True),
+                 aliases=("fsdp",), tensor_parallel=True, keeps_gradients=False, pipeline=True,
+                 accumulates_unsharded=True),
     StrategySpec("hsdp", "zero3", "suite.strategies.fsdp:apply", _HSDP,
                  "FSDP2 on a 2-D mesh (replicate x shard): zero3 within each shard group of shard_size ranks, "
                  "replicated across groups", shard_group=True, tensor_parallel=True, pipeline=True,
-                 checkpointable=False, extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False),
+                 checkpointable=False, extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False,
+                 accumulates_unsharded=True),
     StrategySpec("zero3-offload", "zero3", "suite.strategies.fsdp:apply", _ZERO3,
                  "zero3 with FSDP2's CPUOffloadPolicy: sharded parameters, gradients and the optimizer step on "
                  "the host; host-device copies in place of device memory", offload=True, checkpointable=False,
-                 extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False),
+                 extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False, accumulates_unsharded=True),
     StrategySpec("hsdp-offload", "zero3", "suite.strategies.fsdp:apply", _HSDP,
                  "hsdp with FSDP2's CPUOffloadPolicy (as zero3-offload, within shard groups)", shard_group=True,
-                 offload=True, checkpointable=False, extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False),
+                 offload=True, checkpointable=False, extra={"not_checkpointable": _UNTESTED}, keeps_gradients=False,
+                 accumulates_unsharded=True),
     StrategySpec("scratch-dp", "dp", "suite.strategies.scratch.dp:apply", _DP,
                  "hand-written: all-reduce every gradient after backward", twin="ddp"),
     StrategySpec("scratch-dp-overlap", "dp", "suite.strategies.scratch.dp_overlap:apply", _DP,

@@ -50,7 +50,6 @@ def run_traced(cell, steps: int, phase: list[str], phases: bool = False) -> dict
     `phase` what it is doing (an error then says whether the model, the strategy or the step failed).
     `phases`: also name every moment with its phase (plan/depth.py): the result's "phases"."""
     device = torch.device("cpu")
-    world = torch.distributed.get_world_size()
     phase.append("building the model")
     # The structure on `meta` (no storage, no initialization: torchvision's ViT init reads values on the host,
     # which fake tensors do not have), then fake `cpu` tensors in its place; their values are never read.
@@ -73,7 +72,7 @@ def run_traced(cell, steps: int, phase: list[str], phases: bool = False) -> dict
     with torch._subclasses.fake_tensor.unset_fake_temporarily():
         # real (small) token batches, drawn outside the fake mode and the tracker: sampling them op by op
         # under both costs more than the step; the fake mode lifts them on first use
-        data = build_data(cell, *data_replica(cell, torch.distributed.get_rank(), world))  # this rank's slice
+        data = build_data(cell, *data_replica(cell, torch.distributed.get_rank()))  # this rank's slice
         batches = [data.micro_batches(i) for i in range(steps)]
     counted: dict[str, int] = {}
     step = iter(range(steps))

@@ -117,10 +117,9 @@ def traced_cell(cell):
 
     micro_batches = trace_micro_batches(cell)
     optimizer = cell.optimizer.model_copy(update={"fused": False})
-    replicas = cell.gpus // (cell.tensor_parallel * cell.pipeline_parallel * cell.context_parallel)
     return cell.model_copy(update={
         "compile": False, "data": SyntheticData(kind="synthetic"), "grad_accum": micro_batches,
-        "global_batch_size": cell.micro_batch_size * replicas * micro_batches,
+        "global_batch_size": cell.micro_batch_size * cell.replicas * micro_batches,
         "optimizer": optimizer,
     })
 

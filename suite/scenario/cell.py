@@ -83,6 +83,12 @@ class Cell(_Settings):
                         if k != "preset" and not (k == "config" and out["model"]["family"] == "hf")}
         return out
 
+    @property
+    def replicas(self) -> int:
+        """Data-parallel replicas: gpus / (tensor x pipeline x context-parallel ranks); the ranks of one replica
+        read the same batches (scenario/tensor_parallel.data_ranks: the same before a cell exists)."""
+        return self.gpus // (self.tensor_parallel * self.pipeline_parallel * self.context_parallel)
+
     def axes(self) -> dict[str, Any]:
         """The cell's value on each axis, with the model given by its preset name when it has one."""
         values = {axis: getattr(self, axis) for axis in AXES}

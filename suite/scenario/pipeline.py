@@ -50,7 +50,7 @@ def planned_only(cell) -> str | None:
         ok = ", ".join(n for n in registry.names() if registry.get(n).pipeline)
         return (f"pipeline_parallel {pp} with strategy {cell.strategy}: suite runs it over the whole process group, "
                 f"not a stage's data-parallel ranks (those that run on a stage's: {ok})")
-    replicas = cell.gpus // (pp * cell.tensor_parallel)
+    replicas = cell.replicas
     if spec.family == "dp" and replicas > 1:
         return (f"pipeline_parallel {pp} with strategy {cell.strategy} on {cell.gpus} gpus: DDP's reducer cannot "
                 f"have several micro-batches of a stage in flight, which every schedule does; with {replicas} "

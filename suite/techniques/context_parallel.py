@@ -90,6 +90,16 @@ def _ring_module():
     return _attention
 
 
+def _dense(op):
+    """`op` given contiguous tensors: the ring hands a rank's kernel halves of its queries, outputs, output
+    gradients and log-sum-exps (views along the sequence, `chunk(2, dim=2)[1]`); PyTorch's CUDA kernels take
+    such views, but the CPU kernel is only ever called on whole tensors by SDPA, so it gets dense copies."""
+    def call(*args, **kwargs):
+        dense = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+        return op(*dense, **{k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
+    return call
+
+
 def _sharded(local: torch.Tensor, mesh, seq_len: int):
     """A DTensor of `local`, split on the sequence (dimension 2) over `mesh`, whole length `seq_len`."""
     from torch.distributed.tensor import DTensor, Shard
@@ -110,7 +120,7 @@ def _ring_forward(op, args: tuple, kwargs: dict):
         raise NotImplementedError("context parallelism on CPU: attention with an explicit mask is not supported")
     mesh = query.device_mesh
     out, lse = _ring_module()._templated_ring_attention(
-        mesh.get_group(), SEQ_DIM, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+        mesh.get_group(), SEQ_DIM, _dense(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default),
         query._local_tensor, key._local_tensor, value._local_tensor, **options)
     seq = query.shape[SEQ_DIM]
     return _sharded(out, mesh, seq), _sharded(lse, mesh, seq)
@@ -130,6 +140,7 @@ def _ring_backward(op, args: tuple, kwargs: dict):
     local = {k: v._local_tensor if isinstance(v, DTensor) else v for k, v in named.items()}
     query = named["query"]
     grads = _ring_module()._templated_ring_attention_backward(
-        query.device_mesh.get_group(), SEQ_DIM, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+        query.device_mesh.get_group(), SEQ_DIM,
+        _dense(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default),
         grad_out_name="grad_out", **local)
     return tuple(DTensor(g, named[k]._spec, requires_grad=False) for g, k in zip(grads, ("query", "key", "value")))

@@ -117,7 +117,7 @@ def _train(cell: Cell, out_dir: Path, out: _Outcome, hooks: RunHooks | None = No
     out.extra.update(par.extra)
     t_strategy = time.perf_counter()
     # the ranks of a tensor-parallel group and of a pipeline see the same batches
-    data = build_data(cell, *data_replica(cell, rank.rank, rank.world_size))
+    data = build_data(cell, *data_replica(cell, rank.rank))
     t_data = time.perf_counter()
     out.setup = SetupTimes(process_group=t_pg - t0, model_build=t_model - t_pg, strategy=t_strategy - t_model,
                            data=t_data - t_strategy, total=t_data - t0)

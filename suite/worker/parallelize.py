@@ -134,13 +134,11 @@ def policy_of(cell: Cell) -> Policy:
                   bucket_cap_mb=cell.bucket_cap_mb, shard_size=cell.shard_size, tensor_parallel=cell.tensor_parallel)
 
 
-def data_replica(cell: Cell, rank: int, world: int) -> tuple[int, int]:
+def data_replica(cell: Cell, rank: int) -> tuple[int, int]:
     """(which data-parallel replica this rank belongs to, how many there are): the ranks of one tensor-parallel
     group, of one context-parallel group (they split each sequence) and of one pipeline (every stage) read the
     same batches.  The mesh's order (`_mesh`) decides it."""
-    tp, pp, cp = cell.tensor_parallel, cell.pipeline_parallel, cell.context_parallel
-    replicas = world // (tp * pp * cp)
-    return (rank // (tp * cp)) % replicas, replicas
+    return (rank // (cell.tensor_parallel * cell.context_parallel)) % cell.replicas, cell.replicas
 
 
 def _mesh(cell: Cell, device: torch.device):

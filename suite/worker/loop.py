@@ -131,9 +131,11 @@ class Trainer:
         par, n = self.par, len(batches)
         total = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(batches):
+            # loss_context: loss_parallel's loss and backward on vocabulary shards; _sequence_split: context
+            # parallelism's share of the sequence, attention a ring while open
             with par.no_sync() if i < n - 1 or fault == "desync" else nullcontext(), \
                     par.loss_context(), \
-                    _sequence_split(par, x, y) as (x, y, where):  # loss_parallel: the loss on vocabulary shards
+                    _sequence_split(par, x, y) as (x, y, where):
                 with precision.autocast(self.cell.precision, self.device) if par.autocast else nullcontext():
                     loss = par.model(x, y, **where) / n
                 loss = self.faults.on_loss(loss)  # a nan fault poisons the first micro-batch only

@@ -43,10 +43,6 @@ class ContextParallel:
 
     mesh: object  # torch.distributed.device_mesh.DeviceMesh (the cp dimension)
 
-    @property
-    def degree(self) -> int:
-        return self.mesh.size()
-
     @contextmanager
     def shard(self, inputs: torch.Tensor, targets: torch.Tensor
               ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:

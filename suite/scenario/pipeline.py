@@ -59,8 +59,9 @@ def planned_only(cell) -> str | None:
 
 
 def _context_parallel_not_run(cell, cp: int, pp: int) -> str | None:
-    """Why a context-parallel cell is planned only, or None: suite runs it on llama or gpt, alone or with
-    tensor parallelism, under a strategy over dp x cp ranks (not hsdp's 2-D mesh, not inside pipeline stages)."""
+    """Why a context-parallel cell is planned only, or None: suite runs it (on llama or gpt: other models are
+    refused at validate, check_pipeline_and_context) alone or with tensor parallelism, under a strategy over
+    dp x cp ranks (not hsdp's 2-D mesh, not inside pipeline stages)."""
     if pp > 1:
         return (f"context_parallel {cp} with pipeline_parallel {pp}: the schedule splits the step into micro-batches "
                 "itself, so the sequence cannot be split around each one yet")
@@ -69,8 +70,6 @@ def _context_parallel_not_run(cell, cp: int, pp: int) -> str | None:
                 "context-parallel ranks into one dimension for the strategy, not into hsdp's two")
     if cell.loss_parallel:
         return f"context_parallel {cp} with loss parallelism: not run yet (tensor_parallel with sequence_parallel is)"
-    if getattr(cell.model, "family", None) not in ("llama", "gpt"):
-        return f"context_parallel {cp} on {getattr(cell.model, 'family', None)}: suite splits llama and gpt sequences"
     return None
 
 

@@ -21,17 +21,21 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
 from suite.device import resolve_device as resolve_device_kind
-from suite.launch import DEFAULT_WORKER, failures as launch_failures, LaunchRequest, LaunchResult
+from suite.launch import DEFAULT_WORKER, failures as launch_failures, LaunchRequest, LaunchResult, launch
+from suite.machine.sampler import Sampler
 from suite.plan import Prediction, predict
 from suite.results.schema import Axes, CellResult, RankFailure, RankInfo, RankRecord
-from suite.results.store import utc_iso, write_atomic, writing
+from suite.results.store import WriteError, append_runlog, create_work_dir, utc_iso, write_atomic, writing
 from suite.runner import aggregate
 from suite.scenario.pipeline import planned_only
 
@@ -238,3 +242,60 @@ def build_result(cell, repeat: int, launch: LaunchResult, workdir: Path, run_dir
         restarts=restarts, extra=more, **numbers,
         first_failure=None if first is None else RankFailure(rank=first.rank, pid=first.pid, exitcode=first.exitcode,
                                                              signal=first.signal, timestamp=first.timestamp))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (cell, repeat) decided to launch: everything a process needs to run it and build its result, on this
+    machine (`suite run`) or on any node of a Ray cluster (suite/sweep/).  Picklable: plain values and models."""
+
+    cell: Any  # suite.scenario.Cell
+    repeat: int
+    run_dir: Path  # the run folder (shared by every node of a sweep: loopback nodes, or a shared file system)
+    session: str  # the manifest of the session that launches it (manifest.json, resume-NN.json)
+    device: str  # cuda | cpu, resolved
+    worker: str  # the worker module
+    prediction: Prediction
+    image: str | None = None
+    ray_address: str | None = None
+    forced: str | None = None  # --force: why the planner said it would not fit
+
+    @property
+    def key(self) -> str:
+        return f"{self.cell.id}-r{self.repeat}"
+
+
+def timed_window(workdir: Path, result: CellResult) -> tuple[float, float] | None:
+    """Unix (start, end) of the timed steps: from the worker's "setup done" for the training phase's length."""
+    began, train = setup_done_time(workdir), result.overhead_s.train if result.overhead_s else None
+    return (began, began + train) if began is not None and train is not None and train > 0 else None
+
+
+def execute(job: Job, stop: threading.Event, on_poll: Callable[[], None] | None = None,
+            on_workdir: Callable[[Path], None] | None = None) -> tuple[CellResult, Path]:
+    """Launch the job's cell from a fresh work folder and build its result (status not yet gated), with the
+    machine's state sampled around the launch; `on_workdir` hears of the folder before the launch starts.
+    A launcher bug fails the cell (traceback kept), never the run; a results folder that cannot be written
+    (store.WriteError) is raised."""
+    cell = job.cell
+    workdir = create_work_dir(job.run_dir, cell.id, job.repeat)
+    append_runlog(job.run_dir, "cell_start", cell=cell.id, repeat=job.repeat, work_dir=workdir.name)
+    if on_workdir is not None:
+        on_workdir(workdir)
+    request = launch_request(cell, workdir, job.device, worker_module=job.worker, image=job.image,
+                             ray_address=job.ray_address)
+    # the machine around the launch, sampled from outside the timed steps; the worker's command line names its
+    # work folder, so a container's or Ray's processes are counted as the launch's, not as competitors
+    sampler = Sampler(mark=workdir.name, interval=0.5, gpus=job.device != "cpu").start()
+    try:
+        launched = launch(write_payload(cell, request), stop=stop, on_poll=on_poll)
+    except WriteError:  # the disk is full or read-only: the run cannot store anything more (exit 3)
+        raise
+    except Exception as exc:  # noqa: BLE001 - a launcher bug fails this cell with its traceback, not the run
+        launched = LaunchResult(launcher=request.launcher, returncode=None,
+                                error=f"the launcher raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    finally:
+        sampler.stop()
+    result = build_result(cell, job.repeat, launched, workdir, job.run_dir, job.device, job.session,
+                          {"forced_infeasible": job.forced} if job.forced else None, job.prediction)
+    return result.model_copy(update={"machine": sampler.state(timed_window(workdir, result))}), workdir

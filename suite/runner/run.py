@@ -32,25 +32,20 @@ import os
 import signal
 import sys
 import threading
-import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 
 from suite.console import EXIT_FAILED, EXIT_OK
-from suite.launch import DEFAULT_WORKER, LaunchResult, launch
+from suite.launch import DEFAULT_WORKER
 from suite.machine.policy import QuietPolicy, busy, probe, wait_until_quiet
-from suite.machine.sampler import Sampler
 from suite.plan import predict
 from suite.results import store
 from suite.results.env import build_manifest, git_info, torch_info
 from suite.results.schema import FINAL_STATUSES, CellResult
 from suite.scenario import Cell
-from suite.runner.cell import (
-    CellTraces, build_result, infeasible_reason, infeasible_result, launch_request, resolve_device, setup_done_time,
-    write_payload,
-)
+from suite.runner.cell import CellTraces, Job, execute, infeasible_reason, infeasible_result, resolve_device
 from suite.gates.band import band_gate, band_references
 from suite.gates.loss import first_failure, loss_gates, match_gate, reference_of, run_order
 from suite.gates.quality import quality_gates
@@ -90,7 +85,8 @@ class RunOutcome:
     exit_code: int
 
 
-def _gate(cell: Cell, result: CellResult, cells: list[Cell], done: dict) -> CellResult:
+def gate(cell: Cell, result: CellResult, cells: list[Cell], done: dict) -> CellResult:
+    """The cell's gates on its result (references' results looked up in `done`, same repeat else repeat 0)."""
     gates = loss_gates(result.losses, cell.convergence)
     match = cell.convergence.match if cell.convergence else None
     if match is not None and gates[0].passed:
@@ -209,10 +205,11 @@ def _open_session(file, opts, console, run_dir, new, scenario, cells, selected, 
                    lock=lock, quiet=quiet)
 
 
-def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress: RunProgress,
-            done: dict) -> CellResult | None:
-    """One cell, one repeat: infeasible, or launched and classified and gated.  None when it was interrupted
-    (then it is only noted in the runlog: an interrupted cell is never a final result)."""
+def prepare(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress: RunProgress,
+            quiet: bool = True) -> Job | CellResult | None:
+    """Decide one cell's repeat before its launch: its (traced) prediction, infeasible (a final result, no
+    launch), or a Job to launch; None when interrupted meanwhile.  `quiet`: wait for a quiet machine first
+    (--require-quiet) - the serial loop does; a cluster sweep judges purity per node instead (suite/sweep/)."""
     if s.traces.pending(cell):
         progress.note(f"tracing the memory of {cell.id} on fake tensors (seconds for an 8B model; cached on disk) ...")
     trace = s.traces.get(cell)
@@ -222,8 +219,7 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
     reason = infeasible_reason(cell, prediction, s.gpu_count)
     if reason and not s.force:
         return infeasible_result(cell, repeat, reason, s.name, prediction)
-    device = resolve_device(cell, s.gpu_count)
-    if s.quiet is not None:
+    if quiet and s.quiet is not None:
         go, reasons, _ = wait_until_quiet(s.quiet, progress.note, stopped=stop.is_set)
         if stop.is_set():  # Ctrl-C while waiting for a quiet machine: nothing launched, nothing to record
             return None
@@ -232,33 +228,32 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
             waited = f" after waiting up to {s.quiet.max_wait_s:.0f} s" if s.quiet.mode == "wait" else ""
             raise NotQuiet(f"the machine is busy{waited}: {'; '.join(reasons)}; --require-quiet {s.quiet.mode} will "
                            f"not time {cell.id}-r{repeat} on it (the cells done so far are kept: --resume goes on)")
-    workdir = store.create_work_dir(s.run_dir, cell.id, repeat)
-    store.append_runlog(s.run_dir, "cell_start", cell=cell.id, repeat=repeat, work_dir=workdir.name)
-    progress.start_cell(cell, repeat, workdir)
-    request = launch_request(cell, workdir, device, worker_module=s.worker, image=s.image,
-                             ray_address=s.ray_address)
-    # the machine around the launch, sampled from the runner (outside the timed steps); the worker's command line
-    # names its work folder, so a container's or Ray's processes are counted as the launch's, not as competitors
-    sampler = Sampler(mark=workdir.name, interval=0.5, gpus=device != "cpu").start()
-    try:  # a launcher bug fails this cell (traceback kept), never the run
-        launched = launch(write_payload(cell, request), stop=stop, on_poll=progress.poll)
-    except store.WriteError:  # the disk is full or read-only: the run cannot store anything more (exit 3)
-        raise
-    except Exception as exc:
-        launched = LaunchResult(launcher=request.launcher, returncode=None,
-                                error=f"the launcher raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-    finally:
-        sampler.stop()
-    result = build_result(cell, repeat, launched, workdir, s.run_dir, device, s.name,
-                          {"forced_infeasible": reason} if reason else None, prediction)
-    began, train = setup_done_time(workdir), result.overhead_s.train if result.overhead_s else None
-    window = (began, began + train) if began is not None and train is not None and train > 0 else None
-    result = result.model_copy(update={"machine": sampler.state(window)})
-    if result.status == "interrupted":
-        store.append_runlog(s.run_dir, "cell_interrupted", cell=cell.id, repeat=repeat, work_dir=workdir.name)
-        progress.note(f"interrupted {cell.id}-r{repeat}: its processes were stopped; not recorded")
+    return Job(cell, repeat, s.run_dir, s.name, resolve_device(cell, s.gpu_count), s.worker, prediction, s.image,
+               s.ray_address, reason)
+
+
+def interrupted(s: Session, result: CellResult, workdir: Path, progress: RunProgress) -> bool:
+    """An interrupted launch is only noted in the runlog (never a final result); True when it was one."""
+    if result.status != "interrupted":
+        return False
+    store.append_runlog(s.run_dir, "cell_interrupted", cell=result.cell_id, repeat=result.repeat,
+                        work_dir=workdir.name)
+    progress.note(f"interrupted {result.cell_id}-r{result.repeat}: its processes were stopped; not recorded")
+    return True
+
+
+def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress: RunProgress,
+            done: dict) -> CellResult | None:
+    """One cell, one repeat: infeasible, or launched and classified and gated.  None when it was interrupted
+    (then it is only noted in the runlog: an interrupted cell is never a final result)."""
+    job = prepare(s, cell, repeat, stop, progress)
+    if not isinstance(job, Job):
+        return job
+    result, workdir = execute(job, stop, progress.poll,
+                              on_workdir=lambda w: progress.start_cell(cell, repeat, w))
+    if interrupted(s, result, workdir, progress):
         return None
-    return _gate(cell, result, s.cells, done) if result.status == "ok" else result
+    return gate(cell, result, s.cells, done) if result.status == "ok" else result
 
 
 def finish(s: Session, done: dict, received: list[int]) -> RunOutcome:

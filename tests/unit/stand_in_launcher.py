@@ -1,4 +1,4 @@
-"""A stand-in for suite.runner.run.launch: no processes, rank records written as a worker would write them.
+"""A stand-in for suite.runner.cell.launch: no processes, rank records written as a worker would write them.
 
 Shared by the in-process run-loop tests (test_run_loop.py) and the CLI resume tests (test_run_resume_cli.py),
 so the two exercise the same launcher.  `behaviour[cell_id]` picks what a launch of that cell does:
@@ -17,7 +17,7 @@ import time
 
 from suite.launch import LaunchResult
 from suite.results.schema import RankRecord, SetupTimes
-from suite.runner import run as run_mod
+from suite.runner import cell as cell_mod, run as run_mod
 from suite.scenario import Cell
 
 
@@ -51,5 +51,5 @@ def install(monkeypatch, tmp_path, scenario_text: str, name: str):
                 setup_s=SetupTimes(process_group=0, model_build=0, strategy=0, data=0, total=0.1)).model_dump_json())
         return LaunchResult(launcher="torchrun", returncode=0, started=t - 1.0, ended=t + 1.0)
 
-    monkeypatch.setattr(run_mod, "launch", fake_launch)
+    monkeypatch.setattr(cell_mod, "launch", fake_launch)
     return path, tmp_path / "results", calls, behaviour

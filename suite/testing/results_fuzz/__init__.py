@@ -46,7 +46,7 @@ answer (a hang the alarm could not break) or dies is killed and replaced, and th
 `run_subprocess` runs a command as a fresh process instead (spot checks: `--subprocess` in the script).
 
 No training.  `run --resume` of an intact copy has nothing to do; of a damaged one it may relaunch cells.  The
-child replaces the runner's launcher (`suite.runner.run.launch`, and `suite.launch.launch`) with one that
+child replaces the runner's launcher (`suite.runner.cell.launch`, and `suite.launch.launch`) with one that
 refuses at once without starting a process, and its torch probe (`torch_info`, a subprocess importing torch)
 with fixed facts, as tests/unit/stand_in_launcher.py does; SUITE_WORKER_MODULE names a module that does not
 exist and every launcher module in suite.launch.LAUNCHERS is pointed at a missing one, should a launch slip

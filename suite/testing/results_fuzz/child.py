@@ -60,13 +60,14 @@ def disarm() -> None:
     os.environ["SUITE_WORKER_MODULE"] = NO_WORKER
     os.environ.pop("RAY_ADDRESS", None)
     import suite.launch
+    import suite.runner.cell as cell_mod
     import suite.runner.run as run_mod
 
     original = suite.launch.launch
     for name, module in list(sys.modules.items()):
         if name.startswith("suite.") and getattr(module, "launch", None) is original:
             module.launch = _refused_launch
-    run_mod.launch = suite.launch.launch = _refused_launch
+    cell_mod.launch = suite.launch.launch = _refused_launch
     suite.launch.LAUNCHERS = {k: NO_WORKER for k in suite.launch.LAUNCHERS}
     run_mod.torch_info = lambda *a, **k: {"torch": "fuzz", "cuda": None, "nccl": None, "devices": []}
 

@@ -230,6 +230,17 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster for launcher: ray cells "
                                                   "(HOST:PORT; default $RAY_ADDRESS, else a private local cluster "
                                                   "suite starts and stops)."),
+        schedule: Optional[str] = typer.Option(None, "--schedule", metavar="serial|pack|node",
+                                               help="serial: one cell at a time (default; without a cluster, here); "
+                                               "pack: every cell a Ray task as soon as a node has its CPUs/GPUs "
+                                               "free, largest first; node: at most one cell per node (timing-"
+                                               "grade).  On --ray-address, else a private cluster of --nodes "
+                                               "loopback nodes.  Overrides the scenario's sweep:."),
+        nodes: Optional[int] = typer.Option(None, "--nodes", min=1, max=64, help="Nodes of the private Ray "
+                                            "cluster a sweep starts when no --ray-address is given."),
+        cpus_per_node: Optional[float] = typer.Option(None, "--cpus-per-node", min=0.001, max=4096,
+                                                      help="CPUs of each private sweep node (default: the most "
+                                                      "any cell needs)."),
         image: List[str] = typer.Option([], "--image", help="Run each torchrun cell in a fresh container of this "
                                         "local image (Docker SDK); its digest goes into the manifest.  Twice (A/B): "
                                         "one run folder per image, launches alternated."),
@@ -252,6 +263,9 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
     if require_quiet is not None and require_quiet not in ("wait", "warn", "refuse"):
         _error(f"--require-quiet {require_quiet!r}: expected wait, warn or refuse")
         raise typer.Exit(2)
+    if schedule is not None and schedule not in ("serial", "pack", "node"):
+        _error(f"--schedule {schedule!r}: expected serial, pack or node")
+        raise typer.Exit(2)
     if quiet_wait is not None and require_quiet is None:
         _error("--quiet-wait needs --require-quiet wait")
         raise typer.Exit(2)
@@ -268,7 +282,8 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
     file, resume_dir = (None, target) if resume and target.is_dir() else (target, None)
     opts = RunOptions(results=results, only=only, resume=resume, resume_dir=resume_dir, repeats=repeats,
                       shuffle=shuffle, force=force, image=image[0] if image else None, ray_address=ray_address,
-                      preflight=preflight, quiet=quiet, command=["suite", *sys.argv[1:]])
+                      preflight=preflight, quiet=quiet, command=["suite", *sys.argv[1:]], schedule=schedule,
+                      nodes=nodes, cpus_per_node=cpus_per_node)
     try:
         outcomes = run_ab(file, opts, image, err_console) if len(image) > 1 else [run_scenario(file, opts,
                                                                                                  err_console)]

@@ -90,5 +90,9 @@ class MachineState(_Record):
     gpu_others: list[Competitor] = Field(default_factory=list, max_length=64, description="Processes not the "
                                          "launch's seen on a device in the window.")
     gpu_note: Name | None = Field(None, description="Why there is no GPU state, when there is none.")
+    shared_with: list[Name] = Field(default_factory=list, max_length=256, description="Cells of the same sweep "
+                                    "(cell-rK) that ran on this cell's node during the window (suite run "
+                                    "--schedule pack on a Ray cluster, suite/sweep/); a timing is timing-grade "
+                                    "only when this is empty.")
     before: Snapshot
     after: Snapshot

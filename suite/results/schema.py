@@ -30,7 +30,9 @@ from suite.stats import percentile
 # 7: Manifest.lock_digest (the lock the environment was installed from; compare: "lock"); older manifests None.
 # 8: RankRecord.pipeline_busy_s / pipeline_s and CellResult.pipeline (pipeline parallelism: the measured bubble and the model
 # states per stage); older records read with an empty list and None.
-SCHEMA_VERSION = 8
+# 9: CellResult.schedule (where a cluster sweep ran the cell, its attempts) and MachineState.shared_with (the
+# sweep's cells that shared its node during the timed steps); older records read with None and an empty list.
+SCHEMA_VERSION = 9
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
 FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")
@@ -329,6 +331,19 @@ Axes = create_model("Axes", __base__=_AxesBase, __module__=__name__,
                                                 description=a.doc)) for a in TABLE})
 
 
+class Schedule(_Record):
+    """Where a cluster sweep ran the cell (`suite run --schedule pack|node|serial` on a Ray cluster, suite/sweep/)."""
+
+    mode: Literal["pack", "node", "serial"] = Field(description="The sweep's schedule.")
+    node: Annotated[str, Field(max_length=200)] | None = Field(None, description="The Ray node id of the attempt "
+                                                               "that gave this result; '*' for a cell that had the "
+                                                               "whole cluster (launcher: ray).")
+    attempts: int = Field(1, ge=1, le=1000, description="Tries it took: more than 1 when a node died under it and "
+                          "the sweep ran it again on another.")
+    lost_on: list[Annotated[str, Field(max_length=200)]] = Field(default_factory=list, max_length=1000,
+                                                                 description="Nodes that died under earlier tries.")
+
+
 class CellResult(_Record):
     """One run of one cell (file: cells/<cell_id>-r<repeat>.json in the run folder)."""
 
@@ -369,6 +384,8 @@ class CellResult(_Record):
                                          "and for cells that never launched).")
     pipeline: PipelineMeasured | None = Field(None, description="Pipeline parallelism: the measured bubble and "
                                               "the model states per stage; None without it.")
+    schedule: Schedule | None = Field(None, description="Where a cluster sweep ran it (schema 9); None when the "
+                                      "runner launched it itself (--schedule serial without a cluster).")
     extra: Loose = Field(default_factory=dict)
 
     # (the Cell read, the cell exactly as the record wrote it): for writing it back unchanged (below)

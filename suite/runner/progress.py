@@ -83,6 +83,8 @@ class RunProgress:
         self.t0 = time.monotonic()
         self.cell, self.repeat, self.tail, self.cell_t0 = None, 0, None, 0.0
         self.counts: dict[str, int] = {}
+        self.running: list = []  # a sweep's cells running at once: (key, node, began unix time)
+        self.free = ""  # a sweep's free resources per node, as text
         self.last_line = 0.0
         self.live = Live(console=console, refresh_per_second=4, transient=True) if self.live_mode else None
         if self.live:
@@ -99,8 +101,21 @@ class RunProgress:
             self.note(f"[{self.done + 1}/{self.total}] {cell.id}-r{repeat} started: {_axes(cell)}")
         self._refresh()
 
+    def sweep_started(self, cell, repeat: int, node: str) -> None:
+        """A sweep sent a cell to a node (suite/sweep/): one line, and the panel's running list."""
+        where = "the whole cluster" if node == "*" else f"node {node[:8]}"
+        self.note(f"[{self.done + 1}/{self.total}] {cell.id}-r{repeat} started on {where}: {_axes(cell)}")
+
+    def sweep_state(self, running: list, free: dict) -> None:
+        """The sweep's cells running at once (key, node, began) and what it leaves free per node."""
+        self.running = running
+        self.free = " ".join(f"{n[:8]}:" + ",".join(f"{k}{v:g}" for k, v in sorted(r.items()) if v or k == "CPU")
+                             for n, r in sorted(free.items()))
+        self._refresh()
+
     def poll(self) -> None:
         if self.tail is None:
+            self._refresh()  # a sweep's panel: elapsed time and the cells running at once
             return
         events = self.tail.poll()
         if not self.live:
@@ -121,7 +136,10 @@ class RunProgress:
         why = ""
         if result.status != "ok" and result.error:
             why = f": {result.error.strip().splitlines()[0][:200]}"
-        took = f" in {time.monotonic() - self.cell_t0:.1f} s" if self.tail is not None else ""
+        wall = result.extra.get("wall_s") if result.schedule is not None else None
+        took = (f" in {time.monotonic() - self.cell_t0:.1f} s" if self.tail is not None
+                else f" in {wall:.1f} s on node {str(result.schedule.node)[:8]}" if isinstance(wall, (int, float))
+                else "")
         eta = f" (ETA {duration(left)})" if (left := self.eta_s()) is not None and self.done < self.total else ""
         line = f"[{self.done}/{self.total}] {result.cell_id}-r{result.repeat} {result.status}{took}{loss}{why}{eta}"
         self.note(line)
@@ -156,6 +174,11 @@ class RunProgress:
                      else "setting up" if not (self.tail and self.tail.setup_done) else "first step")
             text.append(f"\ncurrent {self.cell.id}-r{self.repeat}  {where}  "
                         f"({time.monotonic() - self.cell_t0:.0f} s)\n  {_axes(self.cell)}")
+        if self.running:
+            now = time.time()
+            text.append(f"\nrunning at once: {len(self.running)}   free: {self.free}")
+            for key, node, began in self.running[:8]:
+                text.append(f"\n  {key} on {'all nodes' if node == '*' else node[:8]} ({now - began:.0f} s)")
         self.live.update(text)
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from suite.console import EXIT_FAILED, EXIT_OK
 from suite.launch import DEFAULT_WORKER
@@ -45,12 +46,14 @@ from suite.results import store
 from suite.results.env import build_manifest, git_info, torch_info
 from suite.results.schema import FINAL_STATUSES, CellResult
 from suite.scenario import Cell
+from suite.scenario.sweep import SweepPolicy
 from suite.runner.cell import CellTraces, Job, execute, infeasible_reason, infeasible_result, resolve_device
 from suite.gates.band import band_gate, band_references
 from suite.gates.loss import first_failure, loss_gates, match_gate, reference_of, run_order
 from suite.gates.quality import quality_gates
 from suite.runner.opening import RunError, open_scenario, select_cells
 from suite.runner.progress import RunProgress
+from suite.sweep.dispatch import Sweep, resources
 
 __all__ = ["NotQuiet", "RunError", "RunOptions", "RunOutcome", "run_ab", "run_scenario"]
 
@@ -75,6 +78,9 @@ class RunOptions:
     preflight: bool = False  # measure all-reduce busbw first and record it in the manifest (suite.comm.preflight)
     quiet: QuietPolicy | None = None  # --require-quiet: check the machine before each timed launch (else the scenario's)
     command: list[str] = field(default_factory=list)
+    schedule: str | None = None  # --schedule serial|pack|node (else the scenario's sweep:, else serial)
+    nodes: int | None = None  # --nodes: a private sweep cluster's nodes (else the scenario's sweep:)
+    cpus_per_node: float | None = None  # --cpus-per-node: a private sweep cluster's CPUs per node
 
 
 @dataclass
@@ -136,6 +142,7 @@ class Session:
     traces: CellTraces = field(default_factory=CellTraces)
     lock: int | None = None  # the run folder's lock (store.lock_run), held until the session ends
     quiet: QuietPolicy | None = None  # check the machine before each timed launch (machine/policy.py)
+    sweep: SweepPolicy | None = None  # run the plan as a sweep over a Ray cluster (suite/sweep/); None: serially here
 
 
 def open_run(file: Path | None, opts: RunOptions, console) -> Session:
@@ -164,9 +171,11 @@ def _open_session(file, opts, console, run_dir, new, scenario, cells, selected, 
     image = opts.image or saved.get("image")
     ray_address = opts.ray_address or saved.get("ray_address")
     quiet = opts.quiet or scenario.quiet
+    sweep = _sweep_policy(scenario.sweep, opts, saved, ray_address)
     options = {"repeats": repeats, "shuffle": shuffle, "only": opts.only or saved.get("only", []),
                "force": force, "worker_module": worker, "scenario_file": str(file) if file else None, "image": image,
-               "ray_address": ray_address, "quiet": quiet.model_dump(mode="json") if quiet else None}
+               "ray_address": ray_address, "quiet": quiet.model_dump(mode="json") if quiet else None,
+               "sweep": sweep.model_dump(mode="json") if sweep else None}
     facts = torch_info()
     gpu_count = len(facts.get("devices") or [])
     if new:
@@ -202,7 +211,28 @@ def _open_session(file, opts, console, run_dir, new, scenario, cells, selected, 
     store.append_runlog(run_dir, "resume" if session != "manifest.json" else "run_start", session=session)
     plan = run_order(selected, repeats, shuffle)
     return Session(run_dir, session, cells, plan, notes, force, worker, image, ray_address, gpu_count, previous,
-                   lock=lock, quiet=quiet)
+                   lock=lock, quiet=quiet, sweep=sweep)
+
+
+def _sweep_policy(declared: SweepPolicy | None, opts: RunOptions, saved: dict,
+                  ray_address: str | None) -> SweepPolicy | None:
+    """The run's sweep, or None for today's serial loop here: --schedule/--nodes/--cpus-per-node over the
+    scenario's `sweep:` (a resume keeps the first session's).  `serial` runs on a cluster only when one is named
+    (--ray-address, $RAY_ADDRESS, or more than one private node); pack and node always do."""
+    if saved.get("sweep") and not (opts.schedule or opts.nodes or opts.cpus_per_node):
+        return SweepPolicy.model_validate(saved["sweep"])
+    base = declared or SweepPolicy()
+    update = {k: v for k, v in (("schedule", opts.schedule), ("nodes", opts.nodes),
+                                ("cpus_per_node", opts.cpus_per_node)) if v is not None}
+    try:
+        policy = SweepPolicy.model_validate({**base.model_dump(), **update})
+    except ValidationError as exc:
+        raise RunError("; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}"
+                                 for e in exc.errors())) from None
+    cluster = ray_address or os.environ.get("RAY_ADDRESS") or policy.nodes > 1
+    if policy.schedule == "serial" and not (cluster and (opts.schedule or declared)):
+        return None
+    return policy
 
 
 def prepare(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress: RunProgress,
@@ -228,7 +258,7 @@ def prepare(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
             waited = f" after waiting up to {s.quiet.max_wait_s:.0f} s" if s.quiet.mode == "wait" else ""
             raise NotQuiet(f"the machine is busy{waited}: {'; '.join(reasons)}; --require-quiet {s.quiet.mode} will "
                            f"not time {cell.id}-r{repeat} on it (the cells done so far are kept: --resume goes on)")
-    return Job(cell, repeat, s.run_dir, s.name, resolve_device(cell, s.gpu_count), s.worker, prediction, s.image,
+    return Job(cell, repeat, s.run_dir.resolve(), s.name, resolve_device(cell, s.gpu_count), s.worker, prediction, s.image,
                s.ray_address, reason)
 
 
@@ -254,6 +284,69 @@ def run_one(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
     if interrupted(s, result, workdir, progress):
         return None
     return gate(cell, result, s.cells, done) if result.status == "ok" else result
+
+
+def run_sweep(s: Session, stop: threading.Event, progress: RunProgress, done: dict) -> None:
+    """The plan as a sweep over a Ray cluster (suite/sweep/): every launch prepared here first (traces,
+    infeasible cells recorded at once), then the jobs run as the schedule allows; each result is gated once the
+    references it is judged against are in (as in a serial run, whose order puts them first) and stored."""
+    def record(result: CellResult) -> None:
+        store.write_cell_result(s.run_dir, result)
+        done[(result.cell_id, result.repeat)] = result
+        store.append_runlog(s.run_dir, "cell_end", cell=result.cell_id, repeat=result.repeat, status=result.status)
+        progress.end_cell(result)
+
+    jobs: list[Job] = []
+    for cell, repeat in s.plan:
+        if stop.is_set():
+            return
+        if (cell.id, repeat) in done:
+            progress.end_cell(done[(cell.id, repeat)])
+            continue
+        job = prepare(s, cell, repeat, stop, progress, quiet=False)
+        if job is None:
+            return
+        if isinstance(job, Job):
+            jobs.append(job)
+        else:
+            record(job)
+    if not jobs:
+        return
+    outstanding = {(j.cell.id, j.repeat) for j in jobs}
+    held: list[tuple[Cell, CellResult]] = []
+
+    def release() -> None:
+        for cell, result in list(held):
+            if not any((ref, result.repeat) in outstanding for ref in references(cell, s.cells)):
+                held.remove((cell, result))
+                record(gate(cell, result, s.cells, done))
+
+    need = [resources(j) for j in jobs]
+    with Sweep(s.sweep, s.ray_address or os.environ.get("RAY_ADDRESS"), progress,
+               max_cpus=max(n.get("CPU", 0.0) for n in need), max_gpus=int(max(n.get("GPU", 0.0) for n in need))
+               ) as sweep:
+        for job, result, _workdir in sweep.run(jobs, stop):
+            outstanding.discard((job.cell.id, job.repeat))
+            if result.status == "ok":
+                held.append((job.cell, result))
+            else:
+                record(result)
+            release()
+    for cell, result in held:  # stopped early: their references never ran; the gates say so
+        record(gate(cell, result, s.cells, done))
+
+
+def references(cell: Cell, cells: list[Cell]) -> list[str]:
+    """Ids of the cells this cell's gates judge it against (a match gate's reference, a band's references)."""
+    conv = cell.convergence
+    if conv is None:
+        return []
+    out = []
+    if conv.match is not None and (ref := reference_of(cell, cells, conv.match)) is not None:
+        out.append(ref.id)
+    if conv.band is not None:
+        out += [c.id for c in band_references(cell, cells, conv.band)]
+    return out
 
 
 def finish(s: Session, done: dict, received: list[int]) -> RunOutcome:
@@ -313,6 +406,11 @@ def run_sessions(sessions: list[Session], opts: RunOptions, console) -> list[Run
     if threading.current_thread() is threading.main_thread():
         handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if sessions[0].sweep is not None:
+            if len(sessions) > 1:
+                raise RunError("--image twice (A/B) alternates launches one by one: run it with --schedule serial")
+            run_sweep(sessions[0], stop, progress, dones[0])
+            return [finish(sessions[0], dones[0], received)]
         for k, cell, repeat in _steps(sessions):
             s, done = sessions[k], dones[k]
             if stop.is_set():

@@ -20,6 +20,7 @@ from suite.models.presets import PRESETS, UnknownPreset
 from suite.scenario.convergence import Convergence
 from suite.scenario.data import Data, Eval, SyntheticData
 from suite.scenario.fields import resolve_alias, StrategyName, Strict
+from suite.scenario.sweep import SweepPolicy
 from suite.scenario.yaml_loader import clip
 
 Strategy = StrategyName  # any registered strategy or alias (suite/strategies/registry.py), resolved to its name
@@ -218,6 +219,8 @@ class Scenario(_Strict):
     quiet: QuietPolicy | None = Field(None, description="Check the machine before each timed launch: while other "
                                       "processes keep it busy, wait (up to max_wait_s), warn or refuse "
                                       "(suite run --require-quiet overrides it; docs/machine.md).")
+    sweep: SweepPolicy | None = Field(None, description="Schedule the cells as a sweep over a Ray cluster: pack, "
+                                      "node or serial (suite run --schedule overrides it; docs/sweeps.md).")
 
     @field_validator(*AXES, mode="before")
     @classmethod

@@ -46,6 +46,7 @@ PRIVATE_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 # default); a private cluster's head holds Ray Train's detached helper actors, so it always waited it out.
 NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 STOP_GRACE_S = 30.0
+WORKERS_FIRST_S = 10.0  # stopping: the worker nodes get this long to exit before the head is stopped
 
 
 def ray_executable() -> str:
@@ -79,10 +80,18 @@ class _NodesHandle:
         return self.poll() is None
 
     def terminate(self) -> list[int]:
-        asked = [p for p in reversed(self.procs) if p.poll() is None]
-        for p in asked:
+        """Workers first, and the head once they are gone (or after WORKERS_FIRST_S): a worker node whose head
+        went away first waits out its reconnection timeout (30 s seen) before it exits."""
+        workers = [p for p in self.procs[1:] if p.poll() is None]
+        for p in workers:
             p.send_signal(signal.SIGTERM)
-        return [p.pid for p in asked]
+        deadline = time.monotonic() + WORKERS_FIRST_S
+        while time.monotonic() < deadline and any(p.poll() is None for p in workers):
+            time.sleep(0.05)
+        head = [p for p in self.procs[:1] if p.poll() is None]
+        for p in head:
+            p.send_signal(signal.SIGTERM)
+        return [p.pid for p in workers + head]
 
     def kill(self) -> None:
         for p in reversed(self.procs):
@@ -139,8 +148,9 @@ class LocalCluster:
                                            stdin=subprocess.DEVNULL, start_new_session=True))
         log.close()
 
-    def start(self) -> str:
-        """Start the head and the workers; wait until the cluster reports every node alive."""
+    def start(self, wait_nodes: int | None = None) -> str:
+        """Start the head and the workers; wait until the cluster reports every node alive (`wait_nodes`: only
+        that many - a sweep starts work on the head while the other nodes join)."""
         t0 = time.monotonic()
         self.port = free_port()
         try:
@@ -148,7 +158,7 @@ class LocalCluster:
             self._wait(1, t0)
             for i in range(1, self.nodes):
                 self._spawn(head=False, index=i)
-            self._wait(self.nodes, t0)
+            self._wait(self.nodes if wait_nodes is None else max(1, min(wait_nodes, self.nodes)), t0)
         except BaseException:
             self.stop()
             raise

@@ -22,7 +22,7 @@ from suite.machine.sampler import Sampler
 from suite.machine.state import Competitor, GpuState, MachineState, Snapshot
 from suite.results.reader import load_runs
 from suite.results.schema import Gate
-from suite.runner import run as run_mod
+from suite.runner import cell as cell_mod, run as run_mod
 from suite.testing.busy import BusyLoop
 from tests.scenario_texts import infeasible
 
@@ -261,7 +261,7 @@ def scenario(write_scenario, monkeypatch):
         time.sleep(1.5)
         raise RuntimeError("no worker here: the machine state is what is looked at")
 
-    monkeypatch.setattr(run_mod, "launch", slow_launch)
+    monkeypatch.setattr(cell_mod, "launch", slow_launch)
     return write_scenario(infeasible("busy").replace("gpus: 64", "gpus: 2").replace("[ddp, zero1]", "ddp"))
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from suite.console import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from suite.results import store
-from suite.runner import run as run_mod
+from suite.runner import cell as cell_mod, run as run_mod
 from tests.scenario_texts import infeasible
 
 INFEASIBLE = infeasible("big")
@@ -45,7 +45,7 @@ def test_a_failed_cell_with_a_gloo_error_exits_1_and_prints_it(cli, write_scenar
     def gloo_failure(request, *, stop, on_poll):
         raise RuntimeError(GLOO)
 
-    monkeypatch.setattr(run_mod, "launch", gloo_failure)
+    monkeypatch.setattr(cell_mod, "launch", gloo_failure)
     path = write_scenario(INFEASIBLE.replace("gpus: 64", "gpus: 2").replace("[ddp, zero1]", "ddp"))
     result = cli("run", path, "--results", tmp_path / "results")
     assert result.exit_code == EXIT_FAILED, result.stderr

@@ -78,6 +78,8 @@ class Ledger:
     def assign(self, nodes: dict[str, dict[str, float]]) -> list[tuple[str, str]]:
         """Jobs to start now and the node of each, given the alive nodes' total resources; they count as
         placed from here on.  Jobs no alive node could ever hold are left in the queue (see `unplaceable`)."""
+        if ALL_NODES in self.placed.values():
+            return []  # an exclusive job has the cluster
         free = self.free(nodes)
         out: list[tuple[str, str]] = []
         for want in list(self.queue):

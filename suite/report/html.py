@@ -22,7 +22,7 @@ from suite.axes import AXIS_HEADERS
 from suite.report import templating
 from suite.report.figure import Plot
 from suite.report.pivots import Pivot
-from suite.report.tables import (RUN_HEADERS, CellRow, Column, display_columns, fixed_line, footnotes, groups,
+from suite.report.tables import (CellRow, Column, display_columns, fixed_line, footnotes, groups,
                                  run_table, text_table)
 from suite.results.reader import Run
 
@@ -121,7 +121,7 @@ def report_html(runs: list[Run], rows: list[CellRow], pivots: list[Pivot], plots
         header, body = text_table(section, columns, notes)
         sections.append((title, _cells_tables(header, body, columns, marks(section, columns))))
     return page.render(
-        runs=Table(RUN_HEADERS, run_table(runs), "runs"), n_runs=len(runs), n_rows=len(rows),
+        runs=Table(*run_table(runs), "runs"), n_runs=len(runs), n_rows=len(rows),
         fixed=", ".join(f"{AXIS_HEADERS[a]}={v}" for a, v in fixed.items()), sections=sections,
         footnotes="; ".join(footnotes(notes)),
         pivots=[(p, Table(p.header, p.rows, "pivot", marks=p.marks)) for p in pivots],

@@ -10,7 +10,7 @@ from typing import Any
 
 from suite.axes import AXIS_HEADERS
 from suite.report.pivots import Pivot
-from suite.report.tables import (RUN_HEADERS, CellRow, display_columns, fixed_line, footnotes, groups, run_table,
+from suite.report.tables import (CellRow, display_columns, fixed_line, footnotes, groups, run_table,
                                  text_table)
 from suite.results.reader import Run
 
@@ -51,7 +51,7 @@ def pivot_markdown(p: Pivot, level: str = "###") -> str:
 def report_markdown(runs: list[Run], rows: list[CellRow], pivots: list[Pivot], group_by: list[str],
                     plots: list[tuple[str, str]] = ()) -> str:
     """The whole report.  plots: (title, relative path) of PNG files written beside the Markdown, if any."""
-    parts = ["# suite report", "", table(RUN_HEADERS, run_table(runs)), ""]
+    parts = ["# suite report", "", table(*run_table(runs)), ""]
     fixed = fixed_line(rows)
     if fixed:
         parts += ["Same in every cell: " + ", ".join(f"{AXIS_HEADERS[a]}={plain(v)}" for a, v in fixed.items()), ""]

@@ -13,6 +13,7 @@ repeats, memory the largest measured peak, and the status is the first repeat's 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Iterable
 
 from suite import axes, stats
@@ -317,8 +318,28 @@ def footnotes(notes: dict[str, int]) -> list[str]:
 RUN_HEADERS = ["run", "created (UTC)", "commit", "devices", "torch", "CUDA", "NCCL", "image digest", "host"]
 
 
-def run_table(runs: list[Run]) -> list[list[str]]:
-    """One line per run folder: where and with what its results were obtained."""
+def sweep_text(results: list[CellResult]) -> str:
+    """How a run scheduled its launches: "serial", or for a cluster sweep its wall time against the sum of its
+    cells' launch times - the speed-up the schedule bought ("pack: 25 s for 34 s of cells, 1.36x")."""
+    swept = [r for r in results if r.schedule is not None]
+    if not swept:
+        return "serial"
+    walls = [r.extra.get("wall_s") for r in swept]
+    spans = [(datetime.fromisoformat(r.started_at), datetime.fromisoformat(r.finished_at)) for r in swept]
+    wall = (max(b for _, b in spans) - min(a for a, _ in spans)).total_seconds()
+    busy = sum(w for w in walls if isinstance(w, (int, float)))
+    modes = "/".join(sorted({r.schedule.mode for r in swept}))
+    retried = sum(1 for r in swept if r.schedule.attempts > 1)
+    shared = sum(1 for r in swept if r.machine is not None and r.machine.shared_with)
+    more = (f", {shared} shared a node" if shared else "") + (f", {retried} retried" if retried else "")
+    if wall <= 0:
+        return f"{modes}{more}"
+    return f"{modes}: {wall:.0f} s for {busy:.0f} s of cells, {busy / wall:.2f}x{more}"
+
+
+def run_table(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
+    """(headers, one line per run folder): where and with what its results were obtained; a `schedule` column
+    (sweep_text) when some run was a cluster sweep."""
     out = []
     for run in runs:
         m = run.manifest
@@ -327,4 +348,6 @@ def run_table(runs: list[Run]) -> list[list[str]]:
         digest = (m.container_image_digest or "-")[:19]
         torch = (m.torch + ("" if is_pinned(m.torch) else f" (not the pinned {PINNED_TORCH})")) if m.torch else "-"
         out.append([run.label, m.created_at, commit, devices, torch, cuda_text(m), m.nccl or "-", digest, m.hostname])
-    return out
+    if any(r.schedule is not None for run in runs for r in run.results):
+        return RUN_HEADERS + ["schedule"], [row + [sweep_text(run.results)] for row, run in zip(out, runs)]
+    return RUN_HEADERS, out

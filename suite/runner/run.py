@@ -325,8 +325,10 @@ def run_sweep(s: Session, stop: threading.Event, progress: RunProgress, done: di
     with Sweep(s.sweep, s.ray_address or os.environ.get("RAY_ADDRESS"), progress,
                max_cpus=max(n.get("CPU", 0.0) for n in need), max_gpus=int(max(n.get("GPU", 0.0) for n in need))
                ) as sweep:
-        for job, result, _workdir in sweep.run(jobs, stop):
+        for job, result, workdir in sweep.run(jobs, stop):
             outstanding.discard((job.cell.id, job.repeat))
+            if workdir is not None and interrupted(s, result, workdir, progress):
+                continue
             if result.status == "ok":
                 held.append((job.cell, result))
             else:

@@ -36,21 +36,27 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
+import socket
 import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
 from suite.launch import LaunchResult
+from suite.launch.supervise import GRACE_S
 from suite.launch.ray.cluster import PRIVATE_ENV, LocalCluster
 from suite.results.schema import CellResult, Schedule
 from suite.results.store import WriteError, append_runlog, create_work_dir
+from suite.runner.opening import RunError
 from suite.scenario.sweep import SweepPolicy
 from suite.runner.cell import Job, build_result, execute, timed_window
 from suite.sweep.ledger import ALL_NODES, Ledger, Want, queue_order
 
 POLL_S = 0.2
 NODES_EVERY_S = 2.0  # look at the cluster's nodes (and the queue) at least this often
+ASK_STOP_EVERY_S = 0.5  # a task asks the ledger whether the sweep is stopping this often
+STOP_WAIT_S = GRACE_S + 10.0  # Ctrl-C: how long the tasks get to stop their launches before they are killed
 
 
 def resources(job: Job) -> dict[str, float]:
@@ -66,9 +72,24 @@ def _need_ray():
     try:
         import ray
     except ImportError:
-        raise RuntimeError("--schedule pack|node on a cluster needs Ray; install suite's ray extra: "
-                           "pip install 'suite[ray]'") from None
+        raise RunError("a sweep (--schedule pack|node, or serial on a cluster) needs Ray; install suite's ray "
+                       "extra: pip install 'suite[ray]'") from None
     return ray
+
+
+def _answers(address: str, timeout_s: float = 5.0) -> None:
+    """A RunError unless something listens at HOST:PORT (ray.init waits minutes on a dead address)."""
+    if address in ("auto", "local"):
+        return  # Ray finds (or starts) it itself
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return
+    except ValueError:
+        raise RunError(f"--ray-address {address!r}: expected HOST:PORT") from None
+    except OSError as exc:
+        raise RunError(f"no Ray cluster answers at {address} ({exc}); start one (`ray start --head`) or leave "
+                       f"--ray-address out for a private one") from None
 
 
 def _run_on_node(job: Job, ledger) -> tuple[CellResult, str]:
@@ -76,8 +97,15 @@ def _run_on_node(job: Job, ledger) -> tuple[CellResult, str]:
     import ray
 
     node = ray.get_runtime_context().get_node_id()
-    result, workdir = execute(job, threading.Event(), None,
-                              on_workdir=lambda w: ray.get(ledger.begin.remote(job.key, node, w.name)))
+    stop, asked = threading.Event(), [0.0]
+
+    def poll() -> None:  # the launcher's supervision loop calls this a few times a second
+        if time.monotonic() - asked[0] >= ASK_STOP_EVERY_S:
+            asked[0] = time.monotonic()
+            if ray.get(ledger.should_stop.remote()):
+                stop.set()  # the launcher stops torchrun and its ranks (SIGTERM, then SIGKILL) and says interrupted
+
+    result, workdir = execute(job, stop, poll, on_workdir=lambda w: ray.get(ledger.begin.remote(job.key, node, w.name)))
     ray.get(ledger.timed.remote(job.key, timed_window(workdir, result)))
     ray.get(ledger.end.remote(job.key))
     return result, str(workdir)
@@ -97,19 +125,39 @@ class Sweep:
         self._actor = None
 
     def __enter__(self) -> "Sweep":
+        try:
+            return self._connect()
+        except BaseException:
+            if self.cluster is not None:
+                self.cluster.stop()
+            raise
+
+    def _connect(self) -> "Sweep":
         spec, ray = self.spec, self.ray
         if self.given:
             self.address = self.given
+            _answers(self.given)
         else:
             cpus = spec.cpus_per_node if spec.cpus_per_node is not None else max(self.max_cpus, 1.0)
             gpus = spec.gpus_per_node or self.max_gpus
+            if gpus and spec.nodes > 1:  # nodes on one host would each number the same GPUs from 0
+                raise RunError(f"a private cluster of {spec.nodes} nodes on GPUs would give every node the same "
+                               f"{gpus} GPU(s): start one node per machine with `ray start` and pass --ray-address, "
+                               f"or use --nodes 1")
             self.progress.note(f"starting a private Ray cluster: {spec.nodes} node(s) of {cpus:g} CPU(s)"
                                + (f", {gpus} GPU(s)" if gpus else "") + " on this machine ...")
             self.cluster = LocalCluster(nodes=spec.nodes, cpus_per_node=cpus, gpus_per_node=gpus)
             self.address = self.cluster.start(wait_nodes=1)  # work starts on the head; the others join meanwhile
             os.environ.update(PRIVATE_ENV)  # this process is the driver of a cluster without token authentication
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        ray.init(address=self.address, log_to_driver=False)
+        main = threading.current_thread() is threading.main_thread()
+        runners = signal.getsignal(signal.SIGTERM) if main else None
+        try:
+            ray.init(address=self.address, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise RunError(f"no Ray cluster to sweep on at {self.address}: {exc}") from None
+        if main:  # ray.init puts its own SIGTERM handler (sys.exit) in place of the runner's, which stops the sweep
+            signal.signal(signal.SIGTERM, runners)
         self._task = ray.remote(_run_on_node)
         self._actor = ray.remote(num_cpus=0, max_restarts=0)(Ledger)
         return self
@@ -147,7 +195,12 @@ class Sweep:
         try:
             while left:
                 if stop.is_set():
-                    self._cancel(refs, by_key)
+                    self._cancel(refs, by_key, ledger)
+                    for key, thread in threads.items():  # a launcher: ray cell sees `stop` itself
+                        thread.join()
+                        append_runlog(by_key[key].run_dir, "cell_interrupted", cell=by_key[key].cell.id,
+                                      repeat=by_key[key].repeat)
+                    threads.clear()
                     return
                 joining = self.cluster is not None and len(nodes) < self.cluster.nodes  # private nodes still joining
                 if changed or joining or time.monotonic() - looked > NODES_EVERY_S:
@@ -159,7 +212,7 @@ class Sweep:
                         job = by_key[key]
                         self.progress.sweep_started(job.cell, job.repeat, node)
                         if node == ALL_NODES:
-                            threads[key] = self._exclusive(job, ledger, answers)
+                            threads[key] = self._exclusive(job, ledger, answers, stop)
                             continue
                         need = resources(job)
                         refs[self._task.options(num_cpus=need.get("CPU", 0), num_gpus=need.get("GPU", 0),
@@ -219,13 +272,14 @@ class Sweep:
                                      ledger), None
         return job, self._scheduled(result, job.key, ledger), Path(workdir)
 
-    def _exclusive(self, job: Job, ledger, answers: queue.Queue) -> threading.Thread:
-        """A `launcher: ray` cell: launched from this process against the cluster, alone on it."""
+    def _exclusive(self, job: Job, ledger, answers: queue.Queue, stop: threading.Event) -> threading.Thread:
+        """A `launcher: ray` cell: launched from this process against the cluster, alone on it (the sweep's
+        `stop` stops it as the serial loop's would)."""
         job = Job(**{**job.__dict__, "ray_address": self.address})
 
         def body():
             try:
-                result, workdir = execute(job, threading.Event(), None,
+                result, workdir = execute(job, stop, None,
                                           on_workdir=lambda w: self.ray.get(ledger.begin.remote(job.key, ALL_NODES,
                                                                                                 w.name)))
                 self.ray.get(ledger.timed.remote(job.key, timed_window(workdir, result)))
@@ -257,13 +311,26 @@ class Sweep:
                               job.session, {"forced_infeasible": job.forced} if job.forced else None, job.prediction)
         return self._scheduled(result.model_copy(update={"status": "failed", "error": why}), job.key, ledger)
 
-    def _cancel(self, refs: dict, by_key: dict) -> None:
-        """Ctrl-C: cancel every running task with force (its processes die: lifeline) and note the cells."""
-        for ref in refs:
+    def _cancel(self, refs: dict, by_key: dict, ledger) -> None:
+        """Ctrl-C / SIGTERM: the ledger tells every task to stop its launch (torchrun stops its ranks, SIGTERM then
+        SIGKILL, as in a serial run); a task still running STOP_WAIT_S later is cancelled with force (its worker
+        dies; the launcher under it follows by its parent-death signal).  The cells are noted, never stored."""
+        self.ray.get(ledger.stop.remote())
+        pending = list(refs)
+        if pending:
+            _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=STOP_WAIT_S)
+        for ref in pending:
             self.ray.cancel(ref, force=True)
-        for key in refs.values():
+        for ref, key in refs.items():
             job = by_key[key]
-            append_runlog(job.run_dir, "cell_interrupted", cell=job.cell.id, repeat=job.repeat)
-            self.progress.note(f"interrupted {key}: its task was cancelled; not recorded")
-        if refs:
-            self.ray.wait(list(refs), num_returns=len(refs), timeout=10)
+            workdir = None
+            if ref not in pending:
+                try:
+                    workdir = Path(self.ray.get(ref)[1]).name
+                except self.ray.exceptions.RayError:
+                    workdir = None  # it died meanwhile: nothing more to say about it
+            append_runlog(job.run_dir, "cell_interrupted", cell=job.cell.id, repeat=job.repeat, work_dir=workdir,
+                          forced=ref in pending)
+            self.progress.note(f"interrupted {key}: its processes were stopped; not recorded")
+        if pending:
+            self.ray.wait(pending, num_returns=len(pending), timeout=10)

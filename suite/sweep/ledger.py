@@ -70,9 +70,18 @@ class Ledger:
     attempts: list[Attempt] = field(default_factory=list)
     placed: dict[str, str] = field(default_factory=dict)  # key -> node, assigned and not yet ended
     needs: dict[str, Want] = field(default_factory=dict)
+    stopping: bool = False  # the driver was told to stop (Ctrl-C / SIGTERM): running tasks stop their launches
 
     def __post_init__(self) -> None:
         self.needs = {w.key: w for w in self.queue}
+
+    def stop(self) -> None:
+        """Ask every running task to stop its launch (they poll `should_stop`); nothing new is assigned."""
+        self.stopping = True
+        self.queue.clear()
+
+    def should_stop(self) -> bool:
+        return self.stopping
 
     # ----------------------------------------------------------------------------------------- scheduling
     def assign(self, nodes: dict[str, dict[str, float]]) -> list[tuple[str, str]]:

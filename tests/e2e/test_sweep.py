@@ -210,3 +210,30 @@ def test_kill9_of_a_sweeping_runner_leaves_no_process(tmp_path):
         except psutil.NoSuchProcess:
             continue
     assert not left, f"alive 30 s after the runner's SIGKILL: {left}"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM])
+def test_sigterm_stops_a_sweep_records_nothing_interrupted_and_leaves_no_process(tmp_path, sig):
+    path = scenario(tmp_path, "sweep-stop", gbs="2", steps=200)
+    results = tmp_path / "results"
+    fired: dict = {}
+
+    def watch(proc: subprocess.Popen) -> None:
+        if not fired and len(_events(results)) >= 2:
+            os.kill(proc.pid, sig)
+            fired["at"] = time.monotonic()
+
+    run = run_cli(["run", str(path), "--results", str(results), "--schedule", "pack", "--nodes", "2",
+                   "--cpus-per-node", "1"], tmp_path, ray_env(FAKE_WORKER, FAKE_STEP_S="0.3"), timeout=300,
+                  watch=watch)
+    assert fired and run.returncode == 128 + sig, (run.returncode, run.stderr[-2000:])
+    assert time.monotonic() - fired["at"] < 60
+    (folder,) = run_dirs(results, "sweep-stop")
+    assert cell_results(folder) == {}  # two cells were stopped mid-training: neither is a result
+    events = [e["event"] for e in runlog(folder)]
+    assert events.count("cell_interrupted") == 2 and events[-1] == "interrupted"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and run.alive():
+        time.sleep(0.1)
+    assert not run.alive(), {pid: run.cmdlines.get(pid, "")[:120] for pid in run.alive()}
+    assert "--resume" in run.stderr

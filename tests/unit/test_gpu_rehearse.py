@@ -72,6 +72,6 @@ def test_report_marks_results_from_another_torch():
     from suite.results.reader import load_run
 
     run = load_run(sorted((ROOT / "results" / "baselines" / "smoke").iterdir())[0])
-    assert run_table([run])[0][4] == run.manifest.torch  # the pinned torch: as it is
+    assert run_table([run])[1][0][4] == run.manifest.torch  # the pinned torch: as it is
     other = type(run)(run.path, run.manifest.model_copy(update={"torch": "2.11.0+cu130"}), run.results)
-    assert run_table([other])[0][4] == f"2.11.0+cu130 (not the pinned {compat.PINNED_TORCH})"
+    assert run_table([other])[1][0][4] == f"2.11.0+cu130 (not the pinned {compat.PINNED_TORCH})"

@@ -132,3 +132,16 @@ def test_no_schedule_oversubscribes_a_node_and_node_never_doubles_up(mode, sizes
         ledger.end(done)
         running.pop(done)
     assert not ledger.queue and not running
+
+
+def test_two_one_gpu_cells_on_a_one_gpu_node_are_serialised_by_the_gpu_even_under_pack():
+    node = {"gpu-node": {"CPU": 16.0, "GPU": 1.0}}
+    ledger = Ledger("pack", [Want("a-r0", {"GPU": 1.0, "CPU": 1.0}), Want("b-r0", {"GPU": 1.0, "CPU": 1.0})])
+    assert ledger.assign(node) == [("a-r0", "gpu-node")]
+    assert ledger.assign(node) == []  # 15 CPUs free, no GPU: b waits
+    ledger.begin("a-r0", "gpu-node", at=0.0)
+    ledger.end("a-r0", at=5.0)
+    assert ledger.assign(node) == [("b-r0", "gpu-node")]
+    ledger.begin("b-r0", "gpu-node", at=5.5)
+    ledger.end("b-r0", at=9.0)
+    assert ledger.shared_with("a-r0") == [] and ledger.shared_with("b-r0") == []

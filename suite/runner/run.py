@@ -143,6 +143,7 @@ class Session:
     lock: int | None = None  # the run folder's lock (store.lock_run), held until the session ends
     quiet: QuietPolicy | None = None  # check the machine before each timed launch (machine/policy.py)
     sweep: SweepPolicy | None = None  # run the plan as a sweep over a Ray cluster (suite/sweep/); None: serially here
+    sweeper: Sweep | None = None  # its private cluster, started while the run opened (run_sweep connects to it)
 
 
 def open_run(file: Path | None, opts: RunOptions, console) -> Session:
@@ -176,42 +177,73 @@ def _open_session(file, opts, console, run_dir, new, scenario, cells, selected, 
                "force": force, "worker_module": worker, "scenario_file": str(file) if file else None, "image": image,
                "ray_address": ray_address, "quiet": quiet.model_dump(mode="json") if quiet else None,
                "sweep": sweep.model_dump(mode="json") if sweep else None}
-    facts = torch_info()
-    gpu_count = len(facts.get("devices") or [])
-    if new:
-        with store.writing(run_dir / "scenario.yaml"):
-            store.write_atomic(run_dir / "scenario.yaml",
-                               yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
-        session = "manifest.json"
-    else:
-        session = store.next_resume_name(run_dir)
-    extra: dict = {"options": options}
-    runnable = [c for c in selected if infeasible_reason(c, predict(c), gpu_count) is None] if opts.preflight else []
-    if runnable:
-        from suite.comm.preflight import preflight
+    sweeper = _prestart(sweep, ray_address, selected, console)
+    try:
+        facts = torch_info()
+        gpu_count = len(facts.get("devices") or [])
+        if new:
+            with store.writing(run_dir / "scenario.yaml"):
+                store.write_atomic(run_dir / "scenario.yaml",
+                                   yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+            session = "manifest.json"
+        else:
+            session = store.next_resume_name(run_dir)
+        extra: dict = {"options": options}
+        runnable = ([c for c in selected if infeasible_reason(c, predict(c), gpu_count) is None] if opts.preflight
+                    else [])
+        if runnable:
+            from suite.comm.preflight import preflight
 
-        world = max(c.gpus for c in runnable)  # the largest world size this run will actually launch
-        console.print(f"preflight: all-reduce bus bandwidth on {world} ranks", highlight=False)
-        extra["preflight"] = preflight(world_size=world, device=runnable[0].device,
-                                       cuda_devices=facts.get("devices") or [], work_dir=run_dir / "work" / "preflight")
-    if opts.preflight:  # the node's state before the run, beside its bus bandwidth (what `suite machine` shows)
-        node = probe(2.0, gpus=gpu_count > 0)
-        reasons = busy(node, quiet.thresholds if quiet else None)
-        console.print("preflight: the machine is " + ("busy: " + "; ".join(reasons) if reasons else "quiet"),
-                      highlight=False, markup=False)
-        extra["machine"] = node.model_dump(mode="json")
-    manifest = build_manifest(run_dir.name, scenario.name, scenario.seed, opts.command or sys.argv,
-                              extra=extra, torch_facts=facts)
-    if image:
-        manifest = _with_image(manifest, image)
-    if ray_address:  # the Ray drivers get it as RAY_ADDRESS: part of the environment the cells ran in
-        env = dict(sorted({**manifest.env, "RAY_ADDRESS": ray_address}.items()))
-        manifest = manifest.model_copy(update={"env": env})
-    store.write_manifest(run_dir, manifest, session)
-    store.append_runlog(run_dir, "resume" if session != "manifest.json" else "run_start", session=session)
-    plan = run_order(selected, repeats, shuffle)
-    return Session(run_dir, session, cells, plan, notes, force, worker, image, ray_address, gpu_count, previous,
-                   lock=lock, quiet=quiet, sweep=sweep)
+            world = max(c.gpus for c in runnable)  # the largest world size this run will actually launch
+            console.print(f"preflight: all-reduce bus bandwidth on {world} ranks", highlight=False)
+            extra["preflight"] = preflight(world_size=world, device=runnable[0].device,
+                                           cuda_devices=facts.get("devices") or [],
+                                           work_dir=run_dir / "work" / "preflight")
+        if opts.preflight:  # the node's state before the run, beside its bus bandwidth (what `suite machine` shows)
+            node = probe(2.0, gpus=gpu_count > 0)
+            reasons = busy(node, quiet.thresholds if quiet else None)
+            console.print("preflight: the machine is " + ("busy: " + "; ".join(reasons) if reasons else "quiet"),
+                          highlight=False, markup=False)
+            extra["machine"] = node.model_dump(mode="json")
+        manifest = build_manifest(run_dir.name, scenario.name, scenario.seed, opts.command or sys.argv,
+                                  extra=extra, torch_facts=facts)
+        if image:
+            manifest = _with_image(manifest, image)
+        if ray_address:  # the Ray drivers get it as RAY_ADDRESS: part of the environment the cells ran in
+            env = dict(sorted({**manifest.env, "RAY_ADDRESS": ray_address}.items()))
+            manifest = manifest.model_copy(update={"env": env})
+        store.write_manifest(run_dir, manifest, session)
+        store.append_runlog(run_dir, "resume" if session != "manifest.json" else "run_start", session=session)
+        plan = run_order(selected, repeats, shuffle)
+        return Session(run_dir, session, cells, plan, notes, force, worker, image, ray_address, gpu_count, previous,
+                       lock=lock, quiet=quiet, sweep=sweep, sweeper=sweeper)
+    except BaseException:
+        if sweeper is not None:
+            sweeper.close()
+        raise
+
+
+class _Notes:
+    """Where a sweep's notes go before the run's progress display exists."""
+
+    def __init__(self, console):
+        self.console = console
+
+    def note(self, message: str) -> None:
+        self.console.print(message, highlight=False, markup=False, soft_wrap=True)
+
+
+def _prestart(sweep: SweepPolicy | None, ray_address: str | None, cells: list[Cell], console) -> Sweep | None:
+    """A sweep on a private cluster of CPU cells starts its nodes now, while the run opens (the torch probe, the
+    traces): seconds off every sweep.  Cells that may want a GPU wait for the probe's device count."""
+    if sweep is None or ray_address or os.environ.get("RAY_ADDRESS") or sweep.gpus_per_node:
+        return None
+    gpus_here = Path("/dev/nvidiactl").exists()
+    if not cells or any(c.device == "cuda" or (c.device == "auto" and gpus_here) for c in cells):
+        return None
+    sweeper = Sweep(sweep, None, _Notes(console))
+    sweeper.prestart(max(float(c.gpus * c.threads_per_rank) for c in cells))
+    return sweeper
 
 
 def _sweep_policy(declared: SweepPolicy | None, opts: RunOptions, saved: dict,
@@ -258,8 +290,8 @@ def prepare(s: Session, cell: Cell, repeat: int, stop: threading.Event, progress
             waited = f" after waiting up to {s.quiet.max_wait_s:.0f} s" if s.quiet.mode == "wait" else ""
             raise NotQuiet(f"the machine is busy{waited}: {'; '.join(reasons)}; --require-quiet {s.quiet.mode} will "
                            f"not time {cell.id}-r{repeat} on it (the cells done so far are kept: --resume goes on)")
-    return Job(cell, repeat, s.run_dir.resolve(), s.name, resolve_device(cell, s.gpu_count), s.worker, prediction, s.image,
-               s.ray_address, reason)
+    return Job(cell, repeat, s.run_dir.resolve(), s.name, resolve_device(cell, s.gpu_count), s.worker, prediction,
+               s.image, s.ray_address, reason)
 
 
 def interrupted(s: Session, result: CellResult, workdir: Path, progress: RunProgress) -> bool:
@@ -322,9 +354,10 @@ def run_sweep(s: Session, stop: threading.Event, progress: RunProgress, done: di
                 record(gate(cell, result, s.cells, done))
 
     need = [resources(j) for j in jobs]
-    with Sweep(s.sweep, s.ray_address or os.environ.get("RAY_ADDRESS"), progress,
-               max_cpus=max(n.get("CPU", 0.0) for n in need), max_gpus=int(max(n.get("GPU", 0.0) for n in need))
-               ) as sweep:
+    sweeper, s.sweeper = s.sweeper or Sweep(s.sweep, s.ray_address or os.environ.get("RAY_ADDRESS"), progress), None
+    sweeper.progress = progress
+    sweeper.max_cpus, sweeper.max_gpus = max(n.get("CPU", 0.0) for n in need), int(max(n.get("GPU", 0.0) for n in need))
+    with sweeper as sweep:
         for job, result, workdir in sweep.run(jobs, stop):
             outstanding.discard((job.cell.id, job.repeat))
             if workdir is not None and interrupted(s, result, workdir, progress):
@@ -435,3 +468,6 @@ def run_sessions(sessions: list[Session], opts: RunOptions, console) -> list[Run
         for s in sessions:
             store.unlock_run(s.lock)
             s.lock = None
+            if s.sweeper is not None:  # prestarted, never swept (stopped before, or nothing to launch)
+                s.sweeper.close()
+                s.sweeper = None

@@ -1,6 +1,6 @@
 """Run a sweep's jobs on a Ray cluster: each job a Ray Core task on the node the ledger picked, results as they end.
 
-    with Sweep(policy, address, progress) as sweep:         # connects (or starts a private cluster), makes the ledger actor
+    with Sweep(policy, address, progress) as sweep:   # connects (or starts a private cluster)
         for job, result, workdir in sweep.run(jobs, stop):
             ...                                     # the runner gates and stores each result as it comes back
 
@@ -106,8 +106,7 @@ def _run_on_node(job: Job, ledger) -> tuple[CellResult, str]:
                 stop.set()  # the launcher stops torchrun and its ranks (SIGTERM, then SIGKILL) and says interrupted
 
     result, workdir = execute(job, stop, poll, on_workdir=lambda w: ray.get(ledger.begin.remote(job.key, node, w.name)))
-    ray.get(ledger.timed.remote(job.key, timed_window(workdir, result)))
-    ray.get(ledger.end.remote(job.key))
+    ray.get(ledger.finish.remote(job.key, timed_window(workdir, result)))
     return result, str(workdir)
 
 
@@ -124,6 +123,27 @@ class Sweep:
         self._task = None
         self._actor = None
 
+    def prestart(self, max_cpus: float, max_gpus: int = 0) -> None:
+        """Start the private cluster's nodes now (they come up while the run opens: its torch probe, its traces);
+        `__enter__` waits for them.  Call it from the thread that runs the sweep (lifeline)."""
+        spec = self.spec
+        cpus = spec.cpus_per_node if spec.cpus_per_node is not None else max(max_cpus, 1.0)
+        gpus = spec.gpus_per_node or max_gpus
+        if gpus and spec.nodes > 1:  # nodes on one host would each number the same GPUs from 0
+            raise RunError(f"a private cluster of {spec.nodes} nodes on GPUs would give every node the same "
+                           f"{gpus} GPU(s): start one node per machine with `ray start` and pass --ray-address, "
+                           f"or use --nodes 1")
+        self.progress.note(f"starting a private Ray cluster: {spec.nodes} node(s) of {cpus:g} CPU(s)"
+                           + (f", {gpus} GPU(s)" if gpus else "") + " on this machine ...")
+        self.cluster = LocalCluster(nodes=spec.nodes, cpus_per_node=cpus, gpus_per_node=gpus)
+        self.cluster.spawn()
+
+    def close(self) -> None:
+        """Stop a prestarted private cluster that never ran a sweep (the run failed to open)."""
+        if self.cluster is not None:
+            self.cluster.stop()
+            self.cluster = None
+
     def __enter__(self) -> "Sweep":
         try:
             return self._connect()
@@ -138,16 +158,9 @@ class Sweep:
             self.address = self.given
             _answers(self.given)
         else:
-            cpus = spec.cpus_per_node if spec.cpus_per_node is not None else max(self.max_cpus, 1.0)
-            gpus = spec.gpus_per_node or self.max_gpus
-            if gpus and spec.nodes > 1:  # nodes on one host would each number the same GPUs from 0
-                raise RunError(f"a private cluster of {spec.nodes} nodes on GPUs would give every node the same "
-                               f"{gpus} GPU(s): start one node per machine with `ray start` and pass --ray-address, "
-                               f"or use --nodes 1")
-            self.progress.note(f"starting a private Ray cluster: {spec.nodes} node(s) of {cpus:g} CPU(s)"
-                               + (f", {gpus} GPU(s)" if gpus else "") + " on this machine ...")
-            self.cluster = LocalCluster(nodes=spec.nodes, cpus_per_node=cpus, gpus_per_node=gpus)
-            self.address = self.cluster.start(wait_nodes=1)  # work starts on the head; the others join meanwhile
+            if self.cluster is None:
+                self.prestart(self.max_cpus, self.max_gpus)
+            self.address = self.cluster.wait_up(1)  # work starts on the head; the others join meanwhile
             os.environ.update(PRIVATE_ENV)  # this process is the driver of a cluster without token authentication
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         main = threading.current_thread() is threading.main_thread()
@@ -192,6 +205,23 @@ class Sweep:
         answers: queue.Queue = queue.Queue()
         left = set(by_key)
         changed, looked, nodes = True, 0.0, {}  # ask the ledger only when something ended, or every NODES_EVERY_S
+
+        def start_ready(nodes: dict) -> Iterator[tuple[Job, CellResult, None]]:
+            """Send what the ledger assigns now to its nodes; yields the jobs no node can hold, failed."""
+            for key, why in ray.get(ledger.unplaceable.remote(nodes)):
+                left.discard(key)
+                yield by_key[key], self._failed(by_key[key], f"no node can run it: {why}", ledger), None
+            for key, node in ray.get(ledger.assign.remote(nodes)):
+                job = by_key[key]
+                self.progress.sweep_started(job.cell, job.repeat, node)
+                if node == ALL_NODES:
+                    threads[key] = self._exclusive(job, ledger, answers, stop)
+                    continue
+                need = resources(job)
+                refs[self._task.options(num_cpus=need.get("CPU", 0), num_gpus=need.get("GPU", 0), max_retries=0,
+                                        scheduling_strategy=strategy(node, soft=False)).remote(job, ledger)] = key
+            self.progress.sweep_state(ray.get(ledger.running.remote()), ray.get(ledger.free.remote(nodes)))
+
         try:
             while left:
                 if stop.is_set():
@@ -205,45 +235,36 @@ class Sweep:
                 joining = self.cluster is not None and len(nodes) < self.cluster.nodes  # private nodes still joining
                 if changed or joining or time.monotonic() - looked > NODES_EVERY_S:
                     nodes, looked = self.nodes(), time.monotonic()
-                    for key, why in ray.get(ledger.unplaceable.remote(nodes)):
-                        left.discard(key)
-                        yield by_key[key], self._failed(by_key[key], f"no node can run it: {why}", ledger), None
-                    for key, node in ray.get(ledger.assign.remote(nodes)):
-                        job = by_key[key]
-                        self.progress.sweep_started(job.cell, job.repeat, node)
-                        if node == ALL_NODES:
-                            threads[key] = self._exclusive(job, ledger, answers, stop)
-                            continue
-                        need = resources(job)
-                        refs[self._task.options(num_cpus=need.get("CPU", 0), num_gpus=need.get("GPU", 0),
-                                                max_retries=0, scheduling_strategy=strategy(node, soft=False)
-                                                ).remote(job, ledger)] = key
-                    self.progress.sweep_state(ray.get(ledger.running.remote()), ray.get(ledger.free.remote(nodes)))
+                    yield from start_ready(nodes)
                     changed = False
                 ready = []
                 if refs:
                     ready, _ = ray.wait(list(refs), num_returns=1, timeout=POLL_S)
                 else:
                     time.sleep(POLL_S)
+                finished = []
                 for ref in ready:
-                    changed = True
                     key = refs.pop(ref)
                     out = self._gather(ref, by_key[key], ledger)
-                    if out is None:
-                        continue  # lost and queued again
-                    left.discard(key)
-                    yield out
-                while not answers.empty():
                     changed = True
+                    if out is not None:  # None: lost and queued again
+                        left.discard(key)
+                        finished.append(out)
+                while not answers.empty():
                     key, result, workdir = answers.get()
                     threads.pop(key).join()
                     left.discard(key)
+                    changed = True
                     if isinstance(result, WriteError):
                         raise result
                     if isinstance(result, BaseException):
                         result = self._failed(by_key[key], f"the sweep's launch raised {type(result).__name__}: "
                                                            f"{result}", ledger)
-                    yield by_key[key], self._scheduled(result, key, ledger), workdir
+                    finished.append((by_key[key], self._scheduled(result, key, ledger), workdir))
+                if finished and left:  # the freed resources get their next cells before the results are stored
+                    nodes, looked, changed = self.nodes(), time.monotonic(), False
+                    yield from start_ready(nodes)
+                yield from finished
                 self.progress.poll()
         finally:
             for t in threads.values():

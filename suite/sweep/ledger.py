@@ -143,6 +143,11 @@ class Ledger:
         if last is not None and window is not None:
             last.timed = (float(window[0]), float(window[1]))
 
+    def finish(self, key: str, window: tuple[float, float] | None, at: float | None = None) -> None:
+        """A task's launch ended (`timed` and `end` in one call: one round trip from the node)."""
+        self.timed(key, window)
+        self.end(key, at)
+
     def end(self, key: str, at: float | None = None) -> None:
         last = self._last(key)
         if last is not None and last.ended is None:

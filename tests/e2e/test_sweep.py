@@ -237,3 +237,20 @@ def test_sigterm_stops_a_sweep_records_nothing_interrupted_and_leaves_no_process
         time.sleep(0.1)
     assert not run.alive(), {pid: run.cmdlines.get(pid, "")[:120] for pid in run.alive()}
     assert "--resume" in run.stderr
+
+
+def test_a_launcher_ray_cell_in_a_sweep_gets_the_whole_cluster_and_passes_its_gates(tmp_path):
+    from tests.e2e.ray_helpers import scenario as ray_scenario
+
+    path = ray_scenario(tmp_path, "sweep-ray", strategy="ddp", steps=8,
+                        convergence={"min_loss_drop": 0.01})
+    results = tmp_path / "results"
+    run = run_cli(["run", str(path), "--results", str(results), "--schedule", "pack", "--nodes", "2",
+                   "--cpus-per-node", "1"], tmp_path, ray_env(), timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    _, got = results_of(results, "sweep-ray")
+    (r,) = got.values()
+    assert r.status == "ok" and r.launcher == "ray" and all(g.passed for g in r.gates)
+    assert r.schedule.node == "*" and r.schedule.mode == "pack"
+    assert len({x.node_id for x in r.ranks}) == 2  # Ray Train spread its 2 workers over the sweep's 2 nodes
+    assert r.extra["ray"]["cluster"] == "existing"  # the sweep's cluster, not a second private one

@@ -39,7 +39,8 @@ def test_the_column_appears_only_when_a_run_was_swept():
     swept = Run(Path("b"), manifest, [_swept("2026-12-06T02:00:00+00:00", "2026-12-06T02:00:04+00:00", 4.0)])
     assert run_table([plain])[0] == RUN_HEADERS
     headers, rows = run_table([plain, swept])
-    assert headers == RUN_HEADERS + ["schedule"] and [r[-1] for r in rows] == ["serial", "pack: 4 s for 4 s of cells, 1.00x"]
+    assert headers == RUN_HEADERS + ["schedule"]
+    assert [r[-1] for r in rows] == ["serial", "pack: 4 s for 4 s of cells, 1.00x"]
 
 
 def test_a_timing_that_shared_its_node_is_busy_and_says_with_whom():

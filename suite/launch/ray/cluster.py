@@ -125,6 +125,7 @@ class LocalCluster:
         self.procs: list[subprocess.Popen] = []
         self.seen: dict[int, psutil.Process] = {}  # every process of the cluster observed so far
         self.started_s: float | None = None  # seconds start() took
+        self._t0 = 0.0
 
     @property
     def address(self) -> str:
@@ -163,6 +164,28 @@ class LocalCluster:
             self.stop()
             raise
         self.started_s = time.monotonic() - t0
+        return self.address
+
+    def spawn(self) -> None:
+        """Start every node at once and return (the workers retry until the head answers); `wait_up` waits.
+        From the thread that will outlive the cluster: the nodes' lifeline fires when their parent thread ends."""
+        self.port = free_port()
+        self._t0 = time.monotonic()
+        try:
+            for i in range(self.nodes):
+                self._spawn(head=i == 0, index=i)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_up(self, nodes: int = 1) -> str:
+        """After spawn(): wait until `nodes` nodes are alive; the address."""
+        try:
+            self._wait(max(1, min(nodes, self.nodes)), self._t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.started_s = time.monotonic() - self._t0
         return self.address
 
     def alive_nodes(self) -> int | None:

@@ -40,6 +40,7 @@ import signal
 import socket
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -258,9 +259,10 @@ class Sweep:
                     if isinstance(result, WriteError):
                         raise result
                     if isinstance(result, BaseException):
-                        result = self._failed(by_key[key], f"the sweep's launch raised {type(result).__name__}: "
-                                                           f"{result}", ledger)
-                    finished.append((by_key[key], self._scheduled(result, key, ledger), workdir))
+                        finished.append((by_key[key], self._failed(by_key[key], f"the sweep's launch raised "
+                                                                   f"{type(result).__name__}: {result}", ledger), None))
+                    else:
+                        finished.append((by_key[key], self._scheduled(result, key, ledger), workdir))
                 if finished and left:  # the freed resources get their next cells before the results are stored
                     nodes, looked, changed = self.nodes(), time.monotonic(), False
                     yield from start_ready(nodes)
@@ -272,6 +274,8 @@ class Sweep:
 
     # ---------------------------------------------------------------------------------------------- helpers
     def _gather(self, ref, job: Job, ledger) -> tuple[Job, CellResult, Path | None] | None:
+        """A task's answer: its result; a failed result when its code raised; None when its node or process died
+        and the ledger queued it again (or a failed result when it has no tries left)."""
         ray = self.ray
         try:
             result, workdir = ray.get(ref)
@@ -296,7 +300,7 @@ class Sweep:
     def _exclusive(self, job: Job, ledger, answers: queue.Queue, stop: threading.Event) -> threading.Thread:
         """A `launcher: ray` cell: launched from this process against the cluster, alone on it (the sweep's
         `stop` stops it as the serial loop's would)."""
-        job = Job(**{**job.__dict__, "ray_address": self.address})
+        job = replace(job, ray_address=self.address)
 
         def body():
             try:

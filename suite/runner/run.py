@@ -347,16 +347,32 @@ def run_sweep(s: Session, stop: threading.Event, progress: RunProgress, done: di
     outstanding = {(j.cell.id, j.repeat) for j in jobs}
     held: list[tuple[Cell, CellResult]] = []
 
+    position = {(c.id, r): i for i, (c, r) in enumerate(s.plan)}
+
     def release() -> None:
-        for cell, result in list(held):
-            if not any((ref, result.repeat) in outstanding for ref in references(cell, s.cells)):
+        """Gate and store every held result as the serial loop would have: once every reference that comes
+        before it in the run order is stored, and seeing only the results a serial run would have had by then."""
+        progressed = True
+        while progressed:
+            progressed = False
+            waiting = outstanding | {(c.id, r.repeat) for c, r in held}
+            for cell, result in list(held):
+                here = position[(cell.id, result.repeat)]
+                earlier = {(ref, rep) for ref in references(cell, s.cells) for rep in (result.repeat, 0)
+                           if position.get((ref, rep), here) < here}
+                if earlier & waiting:
+                    continue
                 held.remove((cell, result))
-                record(gate(cell, result, s.cells, done))
+                seen = {k: v for k, v in done.items() if position.get(k, -1) < here}
+                record(gate(cell, result, s.cells, seen))
+                progressed = True
+                break
 
     need = [resources(j) for j in jobs]
     sweeper, s.sweeper = s.sweeper or Sweep(s.sweep, s.ray_address or os.environ.get("RAY_ADDRESS"), progress), None
     sweeper.progress = progress
-    sweeper.max_cpus, sweeper.max_gpus = max(n.get("CPU", 0.0) for n in need), int(max(n.get("GPU", 0.0) for n in need))
+    sweeper.max_cpus = max(n.get("CPU", 0.0) for n in need)
+    sweeper.max_gpus = int(max(n.get("GPU", 0.0) for n in need))
     with sweeper as sweep:
         for job, result, workdir in sweep.run(jobs, stop):
             outstanding.discard((job.cell.id, job.repeat))
@@ -368,7 +384,8 @@ def run_sweep(s: Session, stop: threading.Event, progress: RunProgress, done: di
                 record(result)
             release()
     for cell, result in held:  # stopped early: their references never ran; the gates say so
-        record(gate(cell, result, s.cells, done))
+        here = position[(cell.id, result.repeat)]
+        record(gate(cell, result, s.cells, {k: v for k, v in done.items() if position.get(k, -1) < here}))
 
 
 def references(cell: Cell, cells: list[Cell]) -> list[str]:

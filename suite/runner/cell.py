@@ -37,6 +37,7 @@ from suite.plan import Prediction, predict
 from suite.results.schema import Axes, CellResult, RankFailure, RankInfo, RankRecord
 from suite.results.store import WriteError, append_runlog, create_work_dir, utc_iso, write_atomic, writing
 from suite.runner import aggregate
+from suite.scenario import Cell
 from suite.scenario.pipeline import planned_only
 
 EXIT_CODES = {3: "diverged", 4: "oom", 1: "failed"}
@@ -249,7 +250,7 @@ class Job:
     """One (cell, repeat) decided to launch: everything a process needs to run it and build its result, on this
     machine (`suite run`) or on any node of a Ray cluster (suite/sweep/).  Picklable: plain values and models."""
 
-    cell: Any  # suite.scenario.Cell
+    cell: Cell
     repeat: int
     run_dir: Path  # the run folder (shared by every node of a sweep: loopback nodes, or a shared file system)
     session: str  # the manifest of the session that launches it (manifest.json, resume-NN.json)

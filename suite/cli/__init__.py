@@ -239,8 +239,9 @@ def run(target: Path = typer.Argument(..., help="Scenario YAML file (with --resu
         nodes: Optional[int] = typer.Option(None, "--nodes", min=1, max=64, help="Nodes of the private Ray "
                                             "cluster a sweep starts when no --ray-address is given."),
         cpus_per_node: Optional[float] = typer.Option(None, "--cpus-per-node", min=0.001, max=4096,
-                                                      help="CPUs of each private sweep node (default: the most "
-                                                      "any cell needs)."),
+                                                      help="CPUs of each private sweep node (default: this "
+                                                      "machine's cores / --nodes, at least what the largest cell "
+                                                      "needs)."),
         image: List[str] = typer.Option([], "--image", help="Run each torchrun cell in a fresh container of this "
                                         "local image (Docker SDK); its digest goes into the manifest.  Twice (A/B): "
                                         "one run folder per image, launches alternated."),

@@ -372,7 +372,7 @@ def run_sweep(s: Session, stop: threading.Event, progress: RunProgress, done: di
     sweeper, s.sweeper = s.sweeper or Sweep(s.sweep, s.ray_address or os.environ.get("RAY_ADDRESS"), progress), None
     sweeper.progress = progress
     sweeper.max_cpus = max(n.get("CPU", 0.0) for n in need)
-    sweeper.max_gpus = int(max(n.get("GPU", 0.0) for n in need))
+    sweeper.max_gpus = max(s.gpu_count, int(max(n.get("GPU", 0.0) for n in need)))  # a private node gets them all
     with sweeper as sweep:
         for job, result, workdir in sweep.run(jobs, stop):
             outstanding.discard((job.cell.id, job.repeat))

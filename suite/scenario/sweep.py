@@ -22,8 +22,10 @@ class SweepPolicy(BaseModel):
     nodes: Annotated[int, Field(ge=1, le=64)] = Field(1, description="Nodes of the private loopback cluster suite "
                                                       "starts when no --ray-address (or RAY_ADDRESS) is given.")
     cpus_per_node: Annotated[float, Field(gt=0, le=4096)] | None = Field(
-        None, description="CPUs of each private node; default: the most any cell asks for on one node.")
-    gpus_per_node: Annotated[int, Field(ge=0, le=64)] = Field(0, description="GPUs of each private node (one node "
-                                                              "only: nodes on one host would share the GPUs).")
+        None, description="CPUs of each private node; default: this machine's cores divided by nodes (at least "
+        "the most any cell asks for on one node).")
+    gpus_per_node: Annotated[int, Field(ge=0, le=64)] = Field(0, description="GPUs of the private node (one node "
+                                                              "only: nodes on one host would share the GPUs); 0: "
+                                                              "this machine's GPUs.")
     retries: Annotated[int, Field(ge=0, le=10)] = Field(2, description="More tries for a cell whose node or task "
                                                         "process died, on another node.")

@@ -126,9 +126,12 @@ class Sweep:
 
     def prestart(self, max_cpus: float, max_gpus: int = 0) -> None:
         """Start the private cluster's nodes now (they come up while the run opens: its torch probe, its traces);
-        `__enter__` waits for them.  Call it from the thread that runs the sweep (lifeline)."""
+        `__enter__` waits for them.  Call it from the thread that runs the sweep (lifeline).  `max_gpus`: the
+        GPUs the node gets unless the policy says (the machine's, so that pack can fill them)."""
         spec = self.spec
-        cpus = spec.cpus_per_node if spec.cpus_per_node is not None else max(max_cpus, 1.0)
+        # default: this machine's cores shared out over the nodes (at least what the largest cell asks for)
+        cpus = spec.cpus_per_node if spec.cpus_per_node is not None else max(
+            max_cpus, 1.0, float((os.cpu_count() or 1) // spec.nodes))
         gpus = spec.gpus_per_node or max_gpus
         if gpus and spec.nodes > 1:  # nodes on one host would each number the same GPUs from 0
             raise RunError(f"a private cluster of {spec.nodes} nodes on GPUs would give every node the same "

@@ -104,7 +104,7 @@ class RunProgress:
     def sweep_started(self, cell, repeat: int, node: str) -> None:
         """A sweep sent a cell to a node (suite/sweep/): one line, and the panel's running list."""
         where = "the whole cluster" if node == "*" else f"node {node[:8]}"
-        self.note(f"[{self.done + 1}/{self.total}] {cell.id}-r{repeat} started on {where}: {_axes(cell)}")
+        self.note(f"    {cell.id}-r{repeat} started on {where}: {_axes(cell)}")  # [k/total] counts ends
 
     def sweep_state(self, running: list, free: dict) -> None:
         """The sweep's cells running at once (key, node, began) and what it leaves free per node."""

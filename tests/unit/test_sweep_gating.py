@@ -14,21 +14,10 @@ from suite.runner import run as run_mod
 from suite.runner.cell import execute
 from suite.runner.run import RunOptions, run_scenario
 from stand_in_launcher import install
+from test_run_loop import SCENARIO as LOOP
 
-SCENARIO = """\
-name: sweepgate
-model: gpt-tiny
-seq_len: 16
-strategy: [zero1, ddp]
-gpus: 2
-micro_batch_size: 2
-global_batch_size: [4, 8]
-steps: 3
-warmup_steps: 1
-device: cpu
-convergence: {match: {strategy: ddp}}
-sweep: {schedule: pack, nodes: 2}
-"""
+# the run loop's scenario (its match gate against ddp included), as a sweep
+SCENARIO = LOOP.replace("name: loop", "name: sweepgate") + "sweep: {schedule: pack, nodes: 2}\n"
 
 
 class BackwardsSweep:

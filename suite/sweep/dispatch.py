@@ -199,7 +199,8 @@ class Sweep:
         ray = self.ray
         by_key = {j.key: j for j in jobs}
         order = queue_order([(j.key, j.repeat, sum(resources(j).values())) for j in jobs])
-        wants = [Want(k, resources(by_key[k]), exclusive=by_key[k].cell.launcher == "ray") for k in order]
+        wants = [Want(k, resources(by_key[k]), exclusive=by_key[k].cell.launcher == "ray", nodes=by_key[k].cell.nodes)
+                 for k in order]
         head = ray.get_runtime_context().get_node_id()  # the ledger lives beside the driver, not on a worker node
         strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
         ledger = self._actor.options(scheduling_strategy=strategy(head, soft=True)).remote(

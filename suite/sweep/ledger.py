@@ -42,6 +42,7 @@ class Want:
     key: str
     resources: dict[str, float]
     exclusive: bool = False
+    nodes: int = 1  # an exclusive job's nodes (its Ray Train workers spread over them)
 
 
 @dataclass
@@ -120,6 +121,11 @@ class Ledger:
         """(key, why) for queued jobs that no alive node holds even when idle; they leave the queue."""
         out = []
         for want in list(self.queue):
+            if want.exclusive and want.nodes > len(nodes):
+                out.append((want.key, f"it spreads over {want.nodes} nodes; the cluster has {len(nodes)} alive "
+                                      f"(--nodes N for a private one)"))
+                self.queue.remove(want)
+                continue
             if want.exclusive or any(fits(want.resources, r) for r in nodes.values()):
                 continue
             biggest = ", ".join(f"{k} {max((r.get(k, 0.0) for r in nodes.values()), default=0):g}"

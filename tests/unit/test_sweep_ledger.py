@@ -62,6 +62,13 @@ def test_a_job_no_node_can_hold_is_named_with_the_numbers():
     assert ledger.assign(TWO_SMALL) == [("c1-r0", "n1")]
 
 
+def test_an_exclusive_job_over_more_nodes_than_the_cluster_has_is_named():
+    ledger = Ledger("pack", [Want("ray-r0", {"CPU": 2.0}, exclusive=True, nodes=2)])
+    [(key, why)] = ledger.unplaceable({"n1": {"CPU": 4.0}})
+    assert key == "ray-r0" and "spreads over 2 nodes; the cluster has 1 alive" in why
+    assert not ledger.queue
+
+
 def test_queue_order_is_largest_first_within_a_round_and_keeps_the_run_order_among_equals():
     keys = [("ref-r0", 0, 1), ("big-r0", 0, 4), ("b-r0", 0, 1), ("ref-r1", 1, 1), ("big-r1", 1, 4)]
     assert queue_order(keys) == ["big-r0", "ref-r0", "b-r0", "big-r1", "ref-r1"]

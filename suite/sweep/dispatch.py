@@ -212,8 +212,10 @@ class Sweep:
         changed, looked, nodes = True, 0.0, {}  # ask the ledger only when something ended, or every NODES_EVERY_S
 
         def start_ready(nodes: dict) -> Iterator[tuple[Job, CellResult, None]]:
-            """Send what the ledger assigns now to its nodes; yields the jobs no node can hold, failed."""
-            for key, why in ray.get(ledger.unplaceable.remote(nodes)):
+            """Send what the ledger assigns now to its nodes; yields the jobs no node can hold, failed (judged
+            once a private cluster's nodes have all joined)."""
+            joined = self.cluster is None or len(nodes) >= self.cluster.nodes
+            for key, why in ray.get(ledger.unplaceable.remote(nodes)) if joined else []:
                 left.discard(key)
                 yield by_key[key], self._failed(by_key[key], f"no node can run it: {why}", ledger), None
             for key, node in ray.get(ledger.assign.remote(nodes)):

@@ -214,7 +214,7 @@ class Sweep:
         def start_ready(nodes: dict) -> Iterator[tuple[Job, CellResult, None]]:
             """Send what the ledger assigns now to its nodes; yields the jobs no node can hold, failed (judged
             once a private cluster's nodes have all joined)."""
-            joined = self.cluster is None or len(nodes) >= self.cluster.nodes
+            joined = self.cluster is None or len(nodes) >= self.cluster.running_nodes()
             for key, why in ray.get(ledger.unplaceable.remote(nodes)) if joined else []:
                 left.discard(key)
                 yield by_key[key], self._failed(by_key[key], f"no node can run it: {why}", ledger), None
@@ -239,7 +239,7 @@ class Sweep:
                                       repeat=by_key[key].repeat)
                     threads.clear()
                     return
-                joining = self.cluster is not None and len(nodes) < self.cluster.nodes  # private nodes still joining
+                joining = self.cluster is not None and len(nodes) < self.cluster.running_nodes()  # still joining
                 if changed or joining or time.monotonic() - looked > NODES_EVERY_S:
                     nodes, looked = self.nodes(), time.monotonic()
                     yield from start_ready(nodes)

@@ -188,6 +188,10 @@ class LocalCluster:
         self.started_s = time.monotonic() - self._t0
         return self.address
 
+    def running_nodes(self) -> int:
+        """Nodes whose `ray start` process still runs (those that may still join)."""
+        return sum(1 for p in self.procs if p.poll() is None)
+
     def alive_nodes(self) -> int | None:
         """Alive nodes as the head's GCS sees them (None while the head does not answer)."""
         from ray._raylet import GcsClient  # imported late: ray is an optional extra

@@ -242,7 +242,7 @@ def _prestart(sweep: SweepPolicy | None, ray_address: str | None, cells: list[Ce
     if not cells or any(c.device == "cuda" or (c.device == "auto" and gpus_here) for c in cells):
         return None
     sweeper = Sweep(sweep, None, _Notes(console))
-    sweeper.prestart(max(float(c.gpus * c.threads_per_rank) for c in cells))
+    sweeper.prestart(max(resources(c, "cpu")["CPU"] for c in cells))
     return sweeper
 
 
@@ -368,7 +368,7 @@ def run_sweep(s: Session, stop: threading.Event, progress: RunProgress, done: di
                 progressed = True
                 break
 
-    need = [resources(j) for j in jobs]
+    need = [resources(j.cell, j.device) for j in jobs]
     sweeper, s.sweeper = s.sweeper or Sweep(s.sweep, s.ray_address or os.environ.get("RAY_ADDRESS"), progress), None
     sweeper.progress = progress
     sweeper.max_cpus = max(n.get("CPU", 0.0) for n in need)

@@ -50,6 +50,7 @@ from suite.launch.ray.cluster import PRIVATE_ENV, LocalCluster
 from suite.results.schema import CellResult, Schedule
 from suite.results.store import WriteError, append_runlog, create_work_dir
 from suite.runner.opening import RunError
+from suite.scenario import Cell
 from suite.scenario.sweep import SweepPolicy
 from suite.runner.cell import Job, build_result, execute, timed_window
 from suite.sweep.ledger import ALL_NODES, Ledger, Want, queue_order
@@ -60,11 +61,10 @@ ASK_STOP_EVERY_S = 0.5  # a task asks the ledger whether the sweep is stopping t
 STOP_WAIT_S = GRACE_S + 10.0  # Ctrl-C: how long the tasks get to stop their launches before they are killed
 
 
-def resources(job: Job) -> dict[str, float]:
-    """What a job's task asks Ray for on one node: its GPUs (one CPU per rank beside them), or on the CPU its
+def resources(cell: Cell, device: str) -> dict[str, float]:
+    """What a cell's task asks Ray for on one node: its GPUs (one CPU per rank beside them), or on the CPU its
     ranks' threads.  A `launcher: ray` cell's own workers ask for theirs (it is exclusive)."""
-    cell = job.cell
-    if job.device == "cuda":
+    if device == "cuda":
         return {"GPU": float(cell.gpus), "CPU": float(cell.gpus)}
     return {"CPU": float(cell.gpus * cell.threads_per_rank)}
 
@@ -198,8 +198,9 @@ class Sweep:
         """Every job once (more on lost nodes), results as they end; stops early when `stop` is set."""
         ray = self.ray
         by_key = {j.key: j for j in jobs}
-        order = queue_order([(j.key, j.repeat, sum(resources(j).values())) for j in jobs])
-        wants = [Want(k, resources(by_key[k]), exclusive=by_key[k].cell.launcher == "ray", nodes=by_key[k].cell.nodes)
+        need = {j.key: resources(j.cell, j.device) for j in jobs}
+        order = queue_order([(j.key, j.repeat, sum(need[j.key].values())) for j in jobs])
+        wants = [Want(k, need[k], exclusive=by_key[k].cell.launcher == "ray", nodes=by_key[k].cell.nodes)
                  for k in order]
         head = ray.get_runtime_context().get_node_id()  # the ledger lives beside the driver, not on a worker node
         strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
@@ -224,8 +225,8 @@ class Sweep:
                 if node == ALL_NODES:
                     threads[key] = self._exclusive(job, ledger, answers, stop)
                     continue
-                need = resources(job)
-                refs[self._task.options(num_cpus=need.get("CPU", 0), num_gpus=need.get("GPU", 0), max_retries=0,
+                refs[self._task.options(num_cpus=need[key].get("CPU", 0), num_gpus=need[key].get("GPU", 0),
+                                        max_retries=0,
                                         scheduling_strategy=strategy(node, soft=False)).remote(job, ledger)] = key
             self.progress.sweep_state(ray.get(ledger.running.remote()), ray.get(ledger.free.remote(nodes)))
 

@@ -46,13 +46,15 @@ def busy(state: MachineState, t: Thresholds | None = None) -> list[str]:
     """Why this state makes a timing untrustworthy (empty: quiet)."""
     t = t or Thresholds()
     out = []
-    if state.competing_cpu > t.competing_cpu:
-        out.append(f"competing CPU load {state.competing_cpu:.2f} CPUs > {t.competing_cpu:.2f} "
-                   f"(over {state.window_s:.1f} s of {state.window}; {_who(state.competitors)})")
+    # first: the sweep's own neighbours are the cause that names itself (their CPU also counts as competing on a
+    # loopback cluster, and readers such as compare keep only the first few reasons)
     if state.shared_with:
         out.append(f"shared its node with {len(state.shared_with)} other cell(s) of the sweep during the timed "
                    f"steps: {', '.join(state.shared_with[:3])}{' ...' if len(state.shared_with) > 3 else ''} "
                    f"(--schedule pack)")
+    if state.competing_cpu > t.competing_cpu:
+        out.append(f"competing CPU load {state.competing_cpu:.2f} CPUs > {t.competing_cpu:.2f} "
+                   f"(over {state.window_s:.1f} s of {state.window}; {_who(state.competitors)})")
     if t.gpu_throttle and state.gpu_throttle:
         out.append(f"GPU throttled: {', '.join(state.gpu_throttle)}")
     if t.gpu_others and state.gpu_others:

@@ -119,7 +119,8 @@ def test_node_never_shares_a_node_pack_does_and_says_so(tmp_path):
         assert any("shared its node with" in why for why in busy(r.machine))
         for other in r.machine.shared_with:
             assert pack[other].schedule.node == r.schedule.node
-    cmp = run_cli(["compare", str(runs["node"][0]), str(folder)], tmp_path, env(), timeout=300)
+    # Markdown: the reasons unwrapped (the terminal table wraps them at its width)
+    cmp = run_cli(["compare", str(runs["node"][0]), str(folder), "--format", "md"], tmp_path, env(), timeout=300)
     assert "shared its node with" in cmp.stdout + cmp.stderr
 
 

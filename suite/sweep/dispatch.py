@@ -194,6 +194,18 @@ class Sweep:
         return {n["NodeID"]: {k: float(n["Resources"].get(k, 0.0)) for k in ("CPU", "GPU")}
                 for n in self.ray.nodes() if n.get("Alive")}
 
+    def open_ledger(self, wants: list[Want]):
+        """The sweep's Ledger actor, on the driver's own node: a worker node may die mid-sweep, the driver's may not.
+
+        The pin is hard. A soft NodeAffinity lets Ray place the actor elsewhere even when the driver's node has
+        room (measured on Ray 2.x: every second actor went to the other node), and a ledger on a node that dies
+        takes the whole sweep with it.
+        """
+        here = self.ray.get_runtime_context().get_node_id()
+        strategy = self.ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=False)
+        return self._actor.options(scheduling_strategy=strategy).remote(self.spec.schedule, wants,
+                                                                        1 + self.spec.retries)
+
     def run(self, jobs: list[Job], stop: threading.Event) -> Iterator[tuple[Job, CellResult, Path | None]]:
         """Every job once (more on lost nodes), results as they end; stops early when `stop` is set."""
         ray = self.ray
@@ -202,10 +214,8 @@ class Sweep:
         order = queue_order([(j.key, j.repeat, sum(need[j.key].values())) for j in jobs])
         wants = [Want(k, need[k], exclusive=by_key[k].cell.launcher == "ray", nodes=by_key[k].cell.nodes)
                  for k in order]
-        head = ray.get_runtime_context().get_node_id()  # the ledger lives beside the driver, not on a worker node
+        ledger = self.open_ledger(wants)
         strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
-        ledger = self._actor.options(scheduling_strategy=strategy(head, soft=True)).remote(
-            self.spec.schedule, wants, 1 + self.spec.retries)
         refs: dict = {}  # ObjectRef -> key
         threads: dict[str, threading.Thread] = {}
         answers: queue.Queue = queue.Queue()

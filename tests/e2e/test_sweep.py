@@ -171,6 +171,28 @@ def test_a_cell_whose_node_dies_runs_again_on_the_other_node(tmp_path):
     assert not left, f"processes of the lost attempt still alive: {left}"
 
 
+class _Quiet:
+    def note(self, text: str) -> None:
+        pass
+
+
+def test_the_ledger_lives_on_the_drivers_node():
+    """A soft pin sent every second ledger to the other node; the node-death test then lost the whole sweep."""
+    import ray
+
+    from suite.scenario.sweep import SweepPolicy
+    from suite.sweep.dispatch import Sweep
+    from suite.sweep.ledger import Want
+
+    with Sweep(SweepPolicy(schedule="pack", nodes=2, cpus_per_node=1), None, _Quiet()) as sweep:
+        sweep.cluster.wait_up(2)
+        here = ray.get_runtime_context().get_node_id()
+        assert len(sweep.nodes()) == 2
+        homes = [ray.get(sweep.open_ledger([Want("c-r0", {"CPU": 1.0})]).__ray_call__.remote(
+            lambda _: ray.get_runtime_context().get_node_id())) for _ in range(6)]
+    assert homes == [here] * 6
+
+
 def _nodes(cluster) -> list[dict]:
     from ray._raylet import GcsClient
 

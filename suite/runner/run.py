@@ -242,7 +242,7 @@ def _prestart(sweep: SweepPolicy | None, ray_address: str | None, cells: list[Ce
     if not cells or any(c.device == "cuda" or (c.device == "auto" and gpus_here) for c in cells):
         return None
     sweeper = Sweep(sweep, None, _Notes(console))
-    sweeper.prestart(max(resources(c, "cpu")["CPU"] for c in cells))
+    sweeper.prestart(max(resources(c, "cpu")["CPU"] for c in cells), lean=all(c.launcher != "ray" for c in cells))
     return sweeper
 
 
@@ -372,6 +372,7 @@ def run_sweep(s: Session, stop: threading.Event, progress: RunProgress, done: di
     sweeper, s.sweeper = s.sweeper or Sweep(s.sweep, s.ray_address or os.environ.get("RAY_ADDRESS"), progress), None
     sweeper.progress = progress
     sweeper.max_cpus = max(n.get("CPU", 0.0) for n in need)
+    sweeper.lean = all(j.cell.launcher != "ray" for j in jobs)
     sweeper.max_gpus = max(s.gpu_count, int(max(n.get("GPU", 0.0) for n in need)))  # a private node gets them all
     with sweeper as sweep:
         for job, result, workdir in sweep.run(jobs, stop):

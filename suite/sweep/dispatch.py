@@ -120,14 +120,16 @@ class Sweep:
         self.ray = _need_ray()
         self.cluster: LocalCluster | None = None
         self.max_cpus, self.max_gpus = max_cpus, max_gpus
+        self.lean = True  # a private cluster without the Ray processes only Ray Train cells need (LocalCluster)
         self.address: str | None = None
         self._task = None
         self._actor = None
 
-    def prestart(self, max_cpus: float, max_gpus: int = 0) -> None:
+    def prestart(self, max_cpus: float, max_gpus: int = 0, lean: bool = True) -> None:
         """Start the private cluster's nodes now (they come up while the run opens: its torch probe, its traces);
         `__enter__` waits for them.  Call it from the thread that runs the sweep (lifeline).  `max_gpus`: the
-        GPUs the node gets unless the policy says (the machine's, so that pack can fill them)."""
+        GPUs the node gets unless the policy says (the machine's, so that pack can fill them).  `lean`: no cell
+        runs Ray Train (`launcher: ray`), so the nodes leave out its log and autoscaler monitors."""
         spec = self.spec
         # default: this machine's cores shared out over the nodes (at least what the largest cell asks for)
         cpus = spec.cpus_per_node if spec.cpus_per_node is not None else max(
@@ -139,7 +141,7 @@ class Sweep:
                            f"or use --nodes 1")
         self.progress.note(f"starting a private Ray cluster: {spec.nodes} node(s) of {cpus:g} CPU(s)"
                            + (f", {gpus} GPU(s)" if gpus else "") + " on this machine ...")
-        self.cluster = LocalCluster(nodes=spec.nodes, cpus_per_node=cpus, gpus_per_node=gpus)
+        self.cluster = LocalCluster(nodes=spec.nodes, cpus_per_node=cpus, gpus_per_node=gpus, lean=lean)
         self.cluster.spawn()
 
     def close(self) -> None:
@@ -163,7 +165,7 @@ class Sweep:
             _answers(self.given)
         else:
             if self.cluster is None:
-                self.prestart(self.max_cpus, self.max_gpus)
+                self.prestart(self.max_cpus, self.max_gpus, self.lean)
             self.address = self.cluster.wait_up(1)  # work starts on the head; the others join meanwhile
             os.environ.update(PRIVATE_ENV)  # this process is the driver of a cluster without token authentication
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

@@ -113,7 +113,8 @@ class LocalCluster:
     """N Ray nodes on this host; `start()` returns once every node is up, `stop()` leaves no process behind."""
 
     def __init__(self, nodes: int = 2, cpus_per_node: float = 1, gpus_per_node: int = 0,
-                 env: dict[str, str] | None = None, temp_dir: str | None = None, start_timeout_s: float = 180):
+                 env: dict[str, str] | None = None, temp_dir: str | None = None, start_timeout_s: float = 180,
+                 lean: bool = False):
         if nodes < 1:
             raise ValueError(f"nodes must be >= 1, got {nodes}")
         self.nodes, self.cpus, self.gpus = nodes, cpus_per_node, gpus_per_node
@@ -121,6 +122,11 @@ class LocalCluster:
         self._own_temp = temp_dir is None
         self.temp_dir = temp_dir or tempfile.mkdtemp(prefix="suite-ray-", dir="/tmp")
         self.start_timeout_s = start_timeout_s
+        # lean: no autoscaler monitor (the cluster is fixed) and no log monitor (no driver reads the workers'
+        # output), for drivers that run only Ray Core tasks.  The Ray launcher shows its workers' output and Ray
+        # Train was never tried without the autoscaler, so clusters with Ray Train cells keep both.  On this 2-core
+        # machine: every node up in 3.1 s instead of 4.0-5.8 s, stopped in 0.95 s instead of 1.5-2.1 s.
+        self.lean = lean
         self.port = 0
         self.procs: list[subprocess.Popen] = []
         self.seen: dict[int, psutil.Process] = {}  # every process of the cluster observed so far
@@ -134,6 +140,8 @@ class LocalCluster:
     def _node_cmd(self, head: bool) -> list[str]:
         cmd = [ray_executable(), "start", "--block", f"--num-cpus={self.cpus:g}", f"--num-gpus={self.gpus}",
                "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+        if self.lean:
+            cmd += ["--include-log-monitor=false"] + (["--no-monitor"] if head else [])
         if head:
             return cmd + ["--head", f"--port={self.port}", "--include-dashboard=false",
                           f"--temp-dir={self.temp_dir}"]

@@ -36,6 +36,9 @@ CHECKPOINTING_DOC = {
     "op-level": "torchtitan's op-level policy: attention outputs and every other matmul's saved",
     "full": "each block recomputed from its input",
 }
+# How a cell's ranks are started (suite/launch/): torchrun on this machine, or Ray Train workers over a cluster's
+# nodes (the only launcher for nodes > 1).
+LAUNCHERS = ("torchrun", "ray")
 # Numeric precision of a cell: parameters, compute and gradients (docs/parallelism.md).
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 # Pipeline schedules (pipeline_parallel > 1) and the model chunks ("virtual stages") each rank holds: the
@@ -68,8 +71,10 @@ class Axis:
     sorted_by_table: bool = False  # tables and pivots list the values in `values` order, not alphabetically
     # Axes added after results were first stored: the value every older cell had.  At that value the axis is
     # left out of cell ids and benchmark names (so those stay as they were) and filled in on reading an older
-    # result.  _UNSET for the axes results have always carried.
+    # result (from its cell when the cell has it).  _UNSET for the axes results have always carried.
     older_default: Any = _UNSET
+    # A setting that became an axis later: every cell id always hashed it, so ids keep it even at older_default.
+    always_in_id: bool = False
 
     @property
     def value_type(self) -> Any:
@@ -90,6 +95,8 @@ TABLE: tuple[Axis, ...] = (
     Axis("precision", "precision", "parameters, compute and gradients", values=PRECISIONS),
     Axis("gpus", "gpus", "world size: ranks (GPUs, or CPU processes)", int),
     Axis("nodes", "nodes", "nodes the ranks are spread over", int),
+    Axis("launcher", "launcher", "how the ranks are started: torchrun (one node) or Ray Train (over nodes)",
+         values=LAUNCHERS, older_default="torchrun", always_in_id=True),
     Axis("shard_size", "shard", "hsdp: ranks per shard group; None for other strategies", int | None,
          older_default=None),
     Axis("tensor_parallel", "tp", "tensor-parallel degree", int, older_default=1),
@@ -113,6 +120,8 @@ AXES: tuple[str, ...] = tuple(a.name for a in TABLE)
 AXIS_HEADERS: dict[str, str] = {a.name: a.header for a in TABLE}
 # Axes added after results were first stored, with the value older cells had (see Axis.older_default).
 LATER_AXES: dict[str, Any] = {a.name: a.older_default for a in TABLE if a.added_later}
+# The later axes whose default value cell ids leave out (all but the former settings that ids always hashed).
+ID_OMITS_AT_DEFAULT: dict[str, Any] = {a.name: a.older_default for a in TABLE if a.added_later and not a.always_in_id}
 _BY_NAME = {a.name: a for a in TABLE}
 
 

@@ -11,7 +11,7 @@ is extra.ray.phases (suite/launch/ray/session.py), folded into the same four plu
                  way back (`other`)
     one-time     Ray only: the private cluster's and the run's driver's start, outside the wall, on the cell
                  that paid them (0 on the others)
-The torchrun twin of a Ray cell is a torchrun cell in the same report with the same axes, nodes aside (a
+The torchrun twin of a Ray cell is a torchrun cell in the same report with the same axes, nodes and launcher aside (a
 torchrun cell runs on one node); `x twin` is the Ray cell's wall over the twin's.  The section only appears
 when the report holds Ray cells.
 """
@@ -24,7 +24,7 @@ from suite.report.tables import CellRow
 
 HEADER = ["cell", "launcher", "start s", "setup s", "train s", "checkpoint s", "end s", "wall s", "x twin",
           "one-time s"]
-_TWIN_AXES = tuple(a for a in AXES if a != "nodes")
+_TWIN_AXES = tuple(a for a in AXES if a not in ("nodes", "launcher"))
 
 
 def _num(v: float | None, spec: str = ".2f") -> str:

@@ -15,13 +15,13 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, create_model
 
-from suite.axes import AXES, LATER_AXES
+from suite.axes import AXES, ID_OMITS_AT_DEFAULT
 from suite.models.own import AnyShape, HfShape, ModelShape, PythonShape
-from suite.scenario.experiment import Checkpointing, Precision, Scenario
+from suite.scenario.experiment import Checkpointing, Launcher, Precision, Scenario
 
 # Settings that do not change what a cell computes: left out of its id.
 # `ray` (checkpointing, retries, placement) changes how a ray cell is run, not what it computes; the launcher
-# is in the id already, so a torchrun and a ray cell of the same settings differ by it alone.
+# axis is in the id, so a torchrun and a ray cell of the same settings differ by it alone.
 # Not part of what a cell computes: limits, gates, launcher options, and evaluation (it reads the model and never
 # changes training, so a cell trains the same with and without `eval:` and compares as the same cell).
 _NOT_IN_ID = {"id", "scenario", "timeout_s", "gpu_memory_gb", "convergence", "repeats", "ray", "trace_memory", "eval"}
@@ -29,7 +29,7 @@ _NOT_IN_ID = {"id", "scenario", "timeout_s", "gpu_memory_gb", "convergence", "re
 
 # The settings a cell carries exactly as its scenario states them.  Their type, bounds, default and meaning are
 # written once, on Scenario (experiment.py); the cell takes each of those fields as it is.
-SHARED = ("steps", "warmup_steps", "optimizer", "data", "launcher", "device", "bucket_cap_mb", "measure_peaks",
+SHARED = ("steps", "warmup_steps", "optimizer", "data", "device", "bucket_cap_mb", "measure_peaks",
           "trace_memory", "compile", "threads_per_rank", "timeout_s", "gpu_memory_gb", "repeats", "convergence",
           "eval", "ray")
 _Settings = create_model("_Settings", __config__=ConfigDict(extra="forbid", frozen=True), __module__=__name__,
@@ -54,6 +54,8 @@ class Cell(_Settings):
     precision: Precision
     gpus: int = Field(description="World size.")
     nodes: int
+    launcher: Launcher = Field("torchrun", description="How the ranks are started: torchrun, or Ray Train workers "
+                               "(suite.axes.LAUNCHERS).")
     shard_size: int | None = Field(None, description="hsdp: ranks per shard group (resolved); None otherwise.")
     tensor_parallel: int = Field(1, description="Tensor-parallel degree; gpus / tensor_parallel ranks of data "
                                  "parallelism.")
@@ -74,7 +76,7 @@ class Cell(_Settings):
         """The resolved settings that define the cell (what its id hashes)."""
         out = {k: v for k, v in self.model_dump(mode="json").items() if k not in _NOT_IN_ID}
         # fields added later stay out of the id at their defaults: the ids of older results still hold
-        for key, default in LATER_AXES.items():
+        for key, default in ID_OMITS_AT_DEFAULT.items():
             if out[key] == default:
                 del out[key]
         # The preset is a name, not a setting: a shape written inline equal to a preset is the same cell.  So is

@@ -56,8 +56,9 @@ def _check(combo: dict[str, Any], shape: Any, scenario: Scenario, src: SourceMap
             f"{src.where('global_batch_size')}: global_batch_size {glob} is not divisible by "
             f"micro_batch_size {micro} x {ranks}"
         )
-    if combo["nodes"] > 1 and scenario.launcher != "ray":
-        problems.append(f"{src.where('nodes')}: nodes {combo['nodes']} > 1 needs launcher: ray (got torchrun)")
+    if combo["nodes"] > 1 and combo["launcher"] != "ray":
+        problems.append(f"{src.where('nodes')}: nodes {combo['nodes']} > 1 needs launcher: ray (got "
+                        f"{combo['launcher']})")
     if gpus % combo["nodes"]:
         problems.append(f"{src.where('gpus')}: gpus {gpus} is not divisible by nodes {combo['nodes']}")
     shard = combo["shard_size"]

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
-from suite.axes import AXES, CHECKPOINTING, CHECKPOINTING_DOC, PIPELINE_SCHEDULES, PRECISIONS
+from suite.axes import AXES, CHECKPOINTING, CHECKPOINTING_DOC, LAUNCHERS, PIPELINE_SCHEDULES, PRECISIONS
 from suite.machine.policy import QuietPolicy
 from suite.models.own import ModelShape
 from suite.models.presets import PRESETS, UnknownPreset
@@ -26,6 +26,7 @@ from suite.scenario.yaml_loader import clip
 Strategy = StrategyName  # any registered strategy or alias (suite/strategies/registry.py), resolved to its name
 Checkpointing = Literal[CHECKPOINTING]  # the allowed values live in the axis table (suite/axes.py)
 Precision = Literal[PRECISIONS]
+Launcher = Literal[LAUNCHERS]
 Schedule = Literal[tuple(PIPELINE_SCHEDULES)]  # type: ignore[valid-type]
 
 # Bounds far above any real run: the planner's products stay finite floats, counts fit torch's and OS timers' ints.
@@ -135,7 +136,6 @@ class Scenario(_Strict):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", max_length=100, description="Slug; names the results folder.")
     description: str = Field("", description="One line on what this scenario answers.")
-    launcher: Literal["torchrun", "ray"] = Field("torchrun", description="torchrun (one node) or ray (multi-node).")
     device: Literal["auto", "cuda", "cpu"] = Field("auto", description="auto = cuda when available, else cpu.")
 
     model: ModelRef | list[ModelRef] = _axis("Preset name or inline shape ({family: gpt|llama|vit, ...}).")
@@ -153,6 +153,10 @@ class Scenario(_Strict):
     precision: Precision | list[Precision] = _axis("fp32 | bf16-mixed | fp16-mixed.", "fp32")
     gpus: Gpus | list[Gpus] = _axis("World size (processes; on CPU, processes).", 1)
     nodes: Nodes | list[Nodes] = _axis("Nodes; > 1 only with launcher: ray.", 1)
+    launcher: Launcher | list[Launcher] = _axis(
+        "torchrun (this machine's ranks) | ray (Ray Train workers, over nodes).  A list runs each cell both ways: "
+        "the same work under two launchers, side by side (in a sweep, each cell gets its own resources).",
+        "torchrun")
     shard_size: Gpus | None | list[Gpus | None] = _axis(
         "hsdp: ranks per shard group (parameters sharded within a group, replicated across groups); it must "
         "divide gpus.  Default: the GPUs of one node (gpus / nodes).  Ignored by the other strategies.", None)
@@ -250,8 +254,10 @@ class Scenario(_Strict):
     @field_validator("ray")
     @classmethod
     def _ray_needs_ray_launcher(cls, ray: RaySettings | None, info: ValidationInfo) -> RaySettings | None:
-        if ray is not None and info.data.get("launcher") != "ray":
-            raise ValueError(f"ray: settings need launcher: ray (got {info.data.get('launcher')})")
+        launchers = info.data.get("launcher")
+        if ray is not None and launchers is not None and "ray" not in (
+                launchers if isinstance(launchers, list) else [launchers]):
+            raise ValueError(f"ray: settings need launcher: ray (got {launchers})")
         held_out = ray is not None and ray.checkpoint_score_attribute in ("accuracy", "eval_loss")
         ev, every = info.data.get("eval"), ray.checkpoint_every_steps if ray is not None else None
         if held_out and (ev is None or not ev.every_steps or every % ev.every_steps):

@@ -4,7 +4,9 @@
 - node never lets two cells share a node; pack on 2-CPU nodes does, says so in each result, and `suite
   compare` will not judge those timings; a 2-rank torchrun cell gets its 2 CPUs on one node;
 - a node killed mid-sweep: its cell runs again on the other node and the result says so;
-- kill -9 of `suite run`: no process of the run (cluster, tasks, torchrun, ranks) is left, by pid.
+- kill -9 of `suite run`: no process of the run (cluster, tasks, torchrun, ranks) is left, by pid;
+- `launcher: [torchrun, ray]` in one sweep: the 2-rank torchrun cell on one node, the Ray cell over both;
+- the sweep's ledger actor lives on the driver's node (never on a node that may die).
 """
 
 from __future__ import annotations
@@ -262,18 +264,27 @@ def test_sigterm_stops_a_sweep_records_nothing_interrupted_and_leaves_no_process
     assert "--resume" in run.stderr
 
 
-def test_a_launcher_ray_cell_in_a_sweep_gets_the_whole_cluster_and_passes_its_gates(tmp_path):
+def test_a_2_rank_torchrun_cell_and_a_ray_cell_in_one_sweep_each_get_their_resources_and_pass(tmp_path):
+    """`launcher: [torchrun, ray]`: one scenario, one sweep.  The torchrun cell's 2 ranks share one node (its
+    task asked for 2 CPUs there); the Ray cell gets the whole cluster (its 2 workers on the 2 nodes).  The same
+    work under both launchers gives the same loss curve."""
     from tests.e2e.ray_helpers import scenario as ray_scenario
 
-    path = ray_scenario(tmp_path, "sweep-ray", strategy="ddp", steps=8,
+    path = ray_scenario(tmp_path, "sweep-mixed", strategy="ddp", steps=8, launcher=["torchrun", "ray"],
+                        nodes=[1, 2], exclude=[{"launcher": "torchrun", "nodes": 2}, {"launcher": "ray", "nodes": 1}],
                         convergence={"min_loss_drop": 0.01})
     results = tmp_path / "results"
     run = run_cli(["run", str(path), "--results", str(results), "--schedule", "pack", "--nodes", "2",
-                   "--cpus-per-node", "1"], tmp_path, ray_env(), timeout=600)
+                   "--cpus-per-node", "2"], tmp_path, ray_env(), timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    _, got = results_of(results, "sweep-ray")
-    (r,) = got.values()
-    assert r.status == "ok" and r.launcher == "ray" and all(g.passed for g in r.gates)
-    assert r.schedule.node == "*" and r.schedule.mode == "pack"
-    assert len({x.node_id for x in r.ranks}) == 2  # Ray Train spread its 2 workers over the sweep's 2 nodes
-    assert r.extra["ray"]["cluster"] == "existing"  # the sweep's cluster, not a second private one
+    _, got = results_of(results, "sweep-mixed")
+    by = {r.launcher: r for r in got.values()}
+    assert sorted(by) == ["ray", "torchrun"] and len(got) == 2
+    assert all(r.status == "ok" and r.gates and all(g.passed for g in r.gates) for r in got.values())
+    ray, torchrun = by["ray"], by["torchrun"]
+    assert ray.axes.launcher == "ray" and torchrun.axes.launcher == "torchrun" and ray.cell_id != torchrun.cell_id
+    assert ray.schedule.node == "*" and ray.schedule.mode == "pack"
+    assert len({x.node_id for x in ray.ranks}) == 2  # Ray Train spread its 2 workers over the sweep's 2 nodes
+    assert ray.extra["ray"]["cluster"] == "existing"  # the sweep's cluster, not a second private one
+    assert torchrun.cell.gpus == 2 and len(torchrun.ranks) == 2 and torchrun.schedule.node not in (None, "*")
+    assert torchrun.losses == pytest.approx(ray.losses, rel=1e-4)

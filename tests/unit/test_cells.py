@@ -203,7 +203,30 @@ def test_cell_round_trips_through_json():
 def test_axes_lists_every_axis():
     cell = one_cell()
     assert list(cell.axes()) == ["model", "seq_len", "strategy", "activation_checkpointing", "precision", "gpus",
-                                 "nodes", "shard_size", "tensor_parallel", "sequence_parallel", "loss_parallel",
+                                 "nodes", "launcher", "shard_size", "tensor_parallel", "sequence_parallel", "loss_parallel",
                                  "pipeline_parallel", "pipeline_schedule", "context_parallel", "micro_batch_size",
                                  "global_batch_size", "seed"]
     assert cell.axes()["model"] == "gpt-tiny"
+
+
+# ---------------------------------------------------------------- launcher, an axis since issue 37
+
+def test_launcher_is_an_axis_that_keeps_the_ids_it_had_as_a_setting():
+    """launcher was a shared setting every id hashed: as an axis it stays in the id at torchrun too (BASE_ID),
+    and a `[torchrun, ray]` list gives the two cells that two single-launcher scenarios gave."""
+    assert one_cell().id == BASE_ID and one_cell(launcher="torchrun").id == BASE_ID
+    two = {"gpus": 2, "global_batch_size": 2}
+    both = cells_of(launcher=["torchrun", "ray"], nodes=[1, 2], **two,
+                    exclude=[{"launcher": "torchrun", "nodes": 2}, {"launcher": "ray", "nodes": 1}])
+    assert [(c.launcher, c.nodes) for c in both] == [("torchrun", 1), ("ray", 2)]
+    assert both[0].id == one_cell(**two).id
+    assert both[1].id == one_cell(launcher="ray", nodes=2, **two).id != both[0].id
+    assert both[1].axes()["launcher"] == "ray"
+
+
+def test_a_torchrun_cell_over_nodes_and_ray_settings_without_a_ray_launcher_are_named():
+    with pytest.raises(ScenarioError, match="nodes 2 > 1 needs launcher: ray"):
+        cells_of(launcher=["torchrun", "ray"], gpus=2, nodes=2, global_batch_size=2)
+    with pytest.raises(Exception, match=r"ray: settings need launcher: ray \(got \['torchrun'\]\)"):
+        Scenario.model_validate({**BASE, "launcher": ["torchrun"], "ray": {"max_failures": 0}})
+    assert Scenario.model_validate({**BASE, "launcher": ["torchrun", "ray"], "ray": {"max_failures": 0}})

@@ -17,7 +17,7 @@ import time
 
 from suite.launch import LaunchResult
 from suite.results.schema import RankRecord, SetupTimes
-from suite.runner import cell as cell_mod, run as run_mod
+from suite.runner import cell as cell_mod, session as session_mod
 from suite.scenario import Cell
 
 
@@ -26,7 +26,7 @@ def install(monkeypatch, tmp_path, scenario_text: str, name: str):
     -> (scenario path, results root, launched cells in order, behaviour by cell id)."""
     path = tmp_path / f"{name}.yaml"
     path.write_text(scenario_text)
-    monkeypatch.setattr(run_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
+    monkeypatch.setattr(session_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
     calls: list[Cell] = []
     behaviour: dict[str, str] = {}
 

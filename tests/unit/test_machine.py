@@ -22,7 +22,7 @@ from suite.machine.sampler import Sampler
 from suite.machine.state import Competitor, GpuState, MachineState, Snapshot
 from suite.results.reader import load_runs
 from suite.results.schema import Gate
-from suite.runner import cell as cell_mod, run as run_mod
+from suite.runner import cell as cell_mod, session as session_mod
 from suite.testing.busy import BusyLoop
 from tests.scenario_texts import infeasible
 
@@ -255,7 +255,7 @@ def test_a_busy_stored_run_is_left_out_of_the_history_band(cells):
 
 @pytest.fixture
 def scenario(write_scenario, monkeypatch):
-    monkeypatch.setattr(run_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
+    monkeypatch.setattr(session_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
 
     def slow_launch(request, *, stop, on_poll):
         time.sleep(1.5)
@@ -296,7 +296,7 @@ def test_machine_command_reports_the_node(cli):
 
 
 def test_preflight_records_the_node_in_the_manifest(cli, write_scenario, tmp_path, monkeypatch):
-    monkeypatch.setattr(run_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
+    monkeypatch.setattr(session_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
     path = write_scenario(infeasible("pre"))  # nothing runnable: no all-reduce, only the machine
     result = cli("run", path, "--results", tmp_path / "r", "--preflight")
     assert result.exit_code == 0, result.stderr

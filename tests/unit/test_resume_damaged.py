@@ -9,7 +9,7 @@ import json
 import pytest
 
 from suite.console import EXIT_INPUT, EXIT_OK
-from suite.runner import run as run_mod
+from suite.runner import session as session_mod
 from tests.scenario_texts import infeasible
 
 SCENARIO = infeasible("big")
@@ -49,7 +49,7 @@ DAMAGES = {  # name: (how to damage the run folder, the file the error must name
 
 @pytest.fixture
 def stored_run(cli, tmp_path, monkeypatch):
-    monkeypatch.setattr(run_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
+    monkeypatch.setattr(session_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
     path = tmp_path / "big.yaml"
     path.write_text(SCENARIO)
     results = tmp_path / "results"

@@ -12,7 +12,7 @@ import pytest
 
 from suite.console import EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from suite.results import store
-from suite.runner import cell as cell_mod, run as run_mod
+from suite.runner import cell as cell_mod, run as run_mod, session as session_mod
 from tests.scenario_texts import infeasible
 
 INFEASIBLE = infeasible("big")
@@ -21,7 +21,7 @@ GLOO = "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection cl
 
 @pytest.fixture
 def scenario(tmp_path, monkeypatch):
-    monkeypatch.setattr(run_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
+    monkeypatch.setattr(session_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
     path = tmp_path / "big.yaml"
     path.write_text(INFEASIBLE)
     return path
@@ -40,7 +40,7 @@ def test_infeasible_cells_exit_0_and_the_help_lists_the_codes(cli, scenario, tmp
 
 
 def test_a_failed_cell_with_a_gloo_error_exits_1_and_prints_it(cli, write_scenario, tmp_path, monkeypatch):
-    monkeypatch.setattr(run_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
+    monkeypatch.setattr(session_mod, "torch_info", lambda: {"torch": "x", "cuda": None, "nccl": None, "devices": []})
 
     def gloo_failure(request, *, stop, on_poll):
         raise RuntimeError(GLOO)

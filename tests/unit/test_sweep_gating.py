@@ -10,7 +10,7 @@ import threading
 
 from rich.console import Console
 
-from suite.runner import run as run_mod
+from suite.runner import session, sweep_run
 from suite.runner.cell import execute
 from suite.runner.run import RunOptions, run_scenario
 from stand_in_launcher import install
@@ -46,8 +46,8 @@ class BackwardsSweep:
 
 def test_results_in_reverse_order_are_gated_against_their_references_as_in_a_serial_run(tmp_path, monkeypatch):
     path, results, calls, behaviour = install(monkeypatch, tmp_path, SCENARIO, "sweepgate")
-    monkeypatch.setattr(run_mod, "Sweep", BackwardsSweep)
-    monkeypatch.setattr(run_mod, "_prestart", lambda *a: None)
+    monkeypatch.setattr(sweep_run, "Sweep", BackwardsSweep)
+    monkeypatch.setattr(session, "_prestart", lambda *a: None)
     from suite.scenario import load_cells
 
     cells = {(c.strategy, c.global_batch_size): c for c in load_cells(str(path))[1]}

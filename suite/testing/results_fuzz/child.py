@@ -61,7 +61,7 @@ def disarm() -> None:
     os.environ.pop("RAY_ADDRESS", None)
     import suite.launch
     import suite.runner.cell as cell_mod
-    import suite.runner.run as run_mod
+    import suite.runner.session as session_mod
 
     original = suite.launch.launch
     for name, module in list(sys.modules.items()):
@@ -69,7 +69,7 @@ def disarm() -> None:
             module.launch = _refused_launch
     cell_mod.launch = suite.launch.launch = _refused_launch
     suite.launch.LAUNCHERS = {k: NO_WORKER for k in suite.launch.LAUNCHERS}
-    run_mod.torch_info = lambda *a, **k: {"torch": "fuzz", "cuda": None, "nccl": None, "devices": []}
+    session_mod.torch_info = lambda *a, **k: {"torch": "fuzz", "cuda": None, "nccl": None, "devices": []}
 
 
 def _children() -> list:

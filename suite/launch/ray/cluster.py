@@ -47,7 +47,7 @@ PRIVATE_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 STOP_GRACE_S = 30.0
 WORKERS_FIRST_S = 10.0  # stopping: the worker nodes get this long to exit before the head is stopped
-WAIT_POLL_S = 0.1  # starting: how often the head is asked which nodes are up (each poll is one short GCS call)
+WAIT_POLL_S = 0.1  # starting: how often the head is asked which nodes are up (a GCS client opened, one call)
 
 
 def ray_executable() -> str:

@@ -32,7 +32,11 @@ from suite.stats import percentile
 # states per stage); older records read with an empty list and None.
 # 9: CellResult.schedule (where a cluster sweep ran the cell, its attempts) and MachineState.shared_with (the
 # sweep's cells that shared its node during the timed steps); older records read with None and an empty list.
-SCHEMA_VERSION = 9
+# 10: PipelineMeasured.bubble is the busiest rank's idle share of the pipeline's time (the longest schedule
+# time over the ranks), no longer the mean of each rank's share of its own schedule time, which missed the last
+# stage's wait for the final backward; PipelineMeasured.rank_idle (each rank's share).  Older records read as
+# written: an empty rank_idle says their bubble is the older measure.
+SCHEMA_VERSION = 10
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
 FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")
@@ -261,9 +265,12 @@ class Overhead(_Record):
 class PipelineMeasured(_Record):
     """What a pipeline-parallel cell measured beside its plan (the runner's aggregate, from every rank)."""
 
-    bubble: Ratio | None = Field(description="Share of the schedule's time a rank was not computing (1 - busy / "
-                                 "schedule time, summed over the steps after warm-up), the mean over all ranks; "
-                                 "None when no rank recorded them.")
+    bubble: Ratio | None = Field(description="The busiest rank's share of the pipeline's time spent not "
+                                 "computing (1 - busy / the longest schedule time over the ranks, summed over "
+                                 "the steps after warm-up; schema 10, before it each rank's own schedule time "
+                                 "and the mean over ranks); None when no rank recorded them.")
+    rank_idle: list[Ratio] = Field(fail_fast=True, default_factory=list, description="Every rank's idle "
+                                   "share of the pipeline's time, by rank (schema 10; empty in older results).")
     bubble_predicted: Ratio | None = Field(description="The planner's bubble for the schedule (plan/pipeline.py).")
     stage_states: list[Bytes] = Field(fail_fast=True, description="Model states (parameters, gradients, optimizer "
                                       "states, master weights) of the first rank of each pipeline stage, first "

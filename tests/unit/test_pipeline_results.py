@@ -1,5 +1,5 @@
-"""What a pipeline cell stores and reports: the measured bubble (1 - busy / step time over the measured steps,
-the mean over ranks) beside the planner's, each stage's model states (the first rank of each stage: the mesh is
+"""What a pipeline cell stores and reports: the measured bubble (the busiest rank's 1 - busy / the pipeline's
+time over the measured steps, that time being the longest any rank spent in the schedule) beside the planner's, each stage's model states (the first rank of each stage: the mesh is
 (pp, dp)), the report's columns only where a pipeline ran, and a match gate's reference without stages."""
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ def _cell():
                      micro_batch_size=1, global_batch_size=8, steps=6, warmup_steps=2)
 
 
-def _records(cell, busy_share: list[float]):
+def _records(cell, busy_share: list[float], left_early: dict[int, float] | None = None):
     """One record per rank, stage i = rank // 2, each stage's bytes its own; busy = share x the schedule's time
-    after warm-up (and warm-up steps whose busy time must not count)."""
+    after warm-up (and warm-up steps whose busy time must not count).  `left_early`: ranks whose schedule time
+    is that much shorter (a last stage leaves before the first stage's final backward)."""
     out = []
     for rank, share in enumerate(busy_share):
         r = make_record(cell, step_time_s=0.1, noise=0.0, n_steps=4)
@@ -33,18 +34,29 @@ def _records(cell, busy_share: list[float]):
         tb = TensorBytes(parameters=100 + stage, gradients=100, optimizer_states=200, master_weights=0)
         wall = [0.8 * t for t in r.step_times_s]  # the optimizer step is outside the schedule's time
         busy = [0.0] * cell.warmup_steps + [share * t for t in wall[cell.warmup_steps:]]
+        wall = [w * (1 - (left_early or {}).get(rank, 0.0)) for w in wall]
         out.append(r.model_copy(update={"rank": rank, "tensor_bytes": tb, "pipeline_busy_s": busy,
                                         "pipeline_s": wall}))
     return out
 
 
-def test_the_bubble_is_the_mean_idle_share_of_the_schedule_over_ranks_after_warm_up():
+def test_the_bubble_is_the_busiest_ranks_idle_share_after_warm_up():
     cell = _cell()
     prediction = {"pipeline": {"bubble_fraction": bubble_fraction(cell)}}
     got = pipeline_measured(_records(cell, [0.8, 0.8, 0.7, 0.7]), prediction, 2)
-    assert got.bubble == pytest.approx(0.25)
+    assert got.bubble == pytest.approx(0.2)
+    assert got.rank_idle == pytest.approx([0.2, 0.2, 0.3, 0.3])
     assert got.bubble_predicted == pytest.approx(1 / 5)  # (p - 1) / (m + p - 1), m = 4
     assert got.stage_states == [400, 401]  # rank 0 (stage 0) and rank 2 (stage 1)
+
+
+def test_a_rank_that_leaves_the_schedule_early_idles_until_the_pipeline_ends():
+    """The last stage's schedule ends before the first stage's final backward: its wait for it counts (over
+    its own schedule time, rank 2 and 3 would be 0.9 / 0.9 = 100% busy)."""
+    cell = _cell()
+    got = pipeline_measured(_records(cell, [0.8, 0.8, 0.9, 0.9], left_early={2: 0.1, 3: 0.1}), {}, 2)
+    assert got.rank_idle == pytest.approx([0.2, 0.2, 0.1, 0.1])
+    assert got.bubble == pytest.approx(0.1)
 
 
 def test_no_pipeline_no_measure():
@@ -56,7 +68,7 @@ def test_no_pipeline_no_measure():
 
 def test_the_report_shows_the_pipeline_columns_only_where_a_pipeline_ran():
     cell = _cell()
-    measured = pipeline_measured(_records(cell, [0.8, 0.8, 0.7, 0.7]), {"pipeline": {"bubble_fraction": 0.2}}, 2)
+    measured = pipeline_measured(_records(cell, [0.75, 0.75, 0.7, 0.7]), {"pipeline": {"bubble_fraction": 0.2}}, 2)
     with_pipe = make_result(cell, pipeline=measured)
     plain = make_result(make_cell(model=DEEP, gpus=2, micro_batch_size=1, global_batch_size=2))
     rows = [cell_row(_run(with_pipe), [with_pipe]), cell_row(_run(plain), [plain])]

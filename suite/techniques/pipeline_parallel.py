@@ -38,6 +38,7 @@ world is the mean over the last stages: the last stage reports p x its loss, the
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -133,11 +134,18 @@ class Pipeline:
         losses: list[torch.Tensor] = []
         self.busy_s = 0.0
         t0 = time.perf_counter()
-        self.schedule.step(*args, **kwargs, losses=losses if self.last else None)
+        self.schedule.step(*args, **kwargs, losses=losses if self.last else None, **self._no_outputs())
         self.wall_s = time.perf_counter() - t0
         if not self.last:
             return torch.zeros((), device=batches[0][0].device)
         return torch.stack([loss.detach() for loss in losses]).mean() * self.ranks
+
+    def _no_outputs(self) -> dict:
+        """The step's keyword that stops the last stage keeping every micro-batch's output (its logits) until
+        the step ends, to merge them for a caller that never reads them: m x the logits, the last stage's
+        largest tensors (PyTorch's `return_outputs`; a torch without it keeps them)."""
+        step = type(self.schedule).step
+        return {"return_outputs": False} if "return_outputs" in inspect.signature(step).parameters else {}
 
     @torch.no_grad()
     def evaluate(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:

@@ -185,3 +185,17 @@ def test_max_micro_batch_of_a_pipeline_reads_the_as_implemented_model():
     assert m is not None and m > 1 and answer.next_micro_batch == m + 1
     total = predict(cell.model_copy(update={"micro_batch_size": m})).as_implemented.total
     assert answer.peak == int(total) <= answer.limit < answer.next_peak
+
+
+def test_the_last_stage_keeps_no_micro_batchs_logits_past_its_backward():
+    """1f1b's last stage holds one micro-batch in flight, so its peak must not grow with the step's
+    micro-batches: PyTorch's schedule keeps every micro-batch's output (here the logits, the stage's largest
+    tensor) until the step ends unless told not to (`return_outputs=False`), which the 405B cell's last stage
+    paid 26 GiB for."""
+    from suite.plan.trace import trace_cell
+
+    wide = {**DEEP, "vocab": 8192}  # logits of one micro-batch: 64 tokens x 8192 x 4 bytes = 2 MiB
+    peaks = [trace_cell(make_cell(model=wide, gpus=2, pipeline_parallel=2, pipeline_schedule="1f1b",
+                                  micro_batch_size=1, global_batch_size=m, seq_len=64)).stages[1].peak
+             for m in (2, 8)]
+    assert peaks[1] - peaks[0] < 64 * 8192 * 4  # less than one micro-batch's logits more

@@ -27,6 +27,15 @@ extrapolated phase total; the labels at the peak are that phase's; each label's 
 extrapolated value.  Both shallow traces must name the same phases, or the
 extrapolation is refused (`DepthError`) and the caller traces in full.
 
+Pipelines: each pipeline rank runs its own stages, so its two shallow traces are of the model at p x v x d
+layers for d in SHALLOW (v model chunks per rank), and every phase is carried to the stage's own depth
+L / (p v).  A stage's blocks are numbered from 0 in it, and a phase's moments are every micro-batch of the
+step at that place of the code (the largest counts): each is affine in the stage's depth, and so is their
+largest, as long as the same moment is the largest at both depths, which the tests check against full
+traces (exact on 1f1b, gpipe and interleaved-1f1b, ddp and zero3, with TP).  Layer-level policies
+(every-k) are traced in full in a pipeline: where a stage's k-th blocks fall depends on how the stages cut
+the stack.
+
 Where it does not apply (`why_full`): models that are not a stack of identical blocks suite can rebuild at
 another depth (your own modules, transformers configs: traced in full), strategies whose per-rank bytes are
 not affine in the depth (the registry's `depth_affine`: ZeroRedundancyOptimizer gives whole tensors to
@@ -40,6 +49,7 @@ import re
 from dataclasses import dataclass, field
 
 from suite.axes import checkpoint_every
+from suite.plan.pipeline import pipeline
 from suite.strategies import registry
 
 SHALLOW = (3, 4)  # depths traced: the smallest pair with a middle block at both (period 1)
@@ -61,6 +71,13 @@ def shallow_depths(cell) -> tuple[int, int]:
     return first, first + k
 
 
+def stage_chunks(cell) -> int:
+    """How many equal runs of blocks the stack is cut into: p x v stages in a pipeline (v model chunks per
+    pipeline rank), else 1; a trace's depths are per chunk."""
+    p, v, _ = pipeline(cell)
+    return p * v
+
+
 def why_full(cell) -> str | None:
     """Why `cell` is traced in full rather than extrapolated from shallow copies, or None."""
     family = getattr(cell.model, "family", None)
@@ -69,8 +86,14 @@ def why_full(cell) -> str | None:
     spec = registry.get(cell.strategy)
     if not spec.depth_affine:
         return f"strategy {cell.strategy}: {spec.extra.get('not_depth_affine', 'per-rank bytes not affine in depth')}"
-    if cell.model.layers <= sum(shallow_depths(cell)):
-        return f"{cell.model.layers} layers: the full trace costs no more than two shallow ones"
+    chunks = stage_chunks(cell)
+    if chunks > 1 and checkpoint_every(cell.activation_checkpointing):
+        return (f"pipeline with checkpointing {cell.activation_checkpointing}: where a stage's checkpointed blocks "
+                "fall depends on the cut")
+    depth = cell.model.layers // chunks
+    if depth <= sum(shallow_depths(cell)):
+        per = " per pipeline stage" if chunks > 1 else ""
+        return f"{depth} layers{per}: the full trace costs no more than two shallow ones"
     return None
 
 

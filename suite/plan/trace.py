@@ -24,8 +24,8 @@ depth (depth.py: exact against the full trace in the tests, 3-8 s for llama3-8b)
 builds every layer, as do models and strategies depth.py cannot extrapolate (the Trace says which and why).
 
 Pipelines: each pipeline rank holds other stages, so a pipeline cell is traced once per pipeline rank (the
-fake group's rank set to that rank's first data-parallel rank), each in full, with all the step's micro-batches
-(`trace_micro_batches`); the worst rank's trace is the cell's, every rank's peak is in
+fake group's rank set to that rank's first data-parallel rank), each from two shallow copies carried to the
+stage's depth (depth.py) or in full, with all the step's micro-batches (`trace_micro_batches`); the worst rank's trace is the cell's, every rank's peak is in
 `Trace.stages`.  The stages get their neighbours' tensors up front (worker/parallelize._boundary_tensors), and
 the tracker keeps a named parent above the stages (worker/measure._schedule_mod_tracker), since torch's
 MemTracker refuses a top-level module's second forward before its backward, which every schedule does.
@@ -43,7 +43,7 @@ import warnings
 from contextlib import contextmanager
 from typing import Any
 
-from suite.plan.depth import DepthError, Shallow, extrapolate, shallow_depths, why_full
+from suite.plan.depth import DepthError, Shallow, extrapolate, shallow_depths, stage_chunks, why_full
 from suite.plan.trace_record import StagePeak, Trace, fold
 
 TRACE_STEPS = 2
@@ -76,9 +76,9 @@ def trace_key(cell) -> str:
 def trace_micro_batches(cell) -> int:
     """Micro-batches a traced step runs: at most 2 (accumulation is a steady state from the second on), but
     all of a pipeline's: its stages' memory grows with every micro-batch of the step, not only with those a
-    schedule keeps in flight (PyTorch 2.14's 1f1b on 2 ranks, 4 micro-batches: the first stage's peak holds
-    twice the activations of a 2-micro-batch step; with all 4 traced, the trace is within 0.3% of the peak the
-    ranks measured)."""
+    schedule keeps in flight (PyTorch 2.14's 1f1b on 2 ranks, a tiny llama at 256 tokens: about one s x h fp32
+    tensor more per micro-batch on each stage; before the last stage stopped keeping every micro-batch's
+    output, also the logits of each)."""
     if getattr(cell, "pipeline_parallel", 1) > 1:
         return cell.grad_accum
     return min(cell.grad_accum, MAX_TRACE_MICRO_BATCHES)
@@ -187,7 +187,7 @@ def trace_cell(cell, full: bool = False) -> Trace:
 
     t0 = time.perf_counter()
     if cell.pipeline_parallel > 1:
-        return _pipeline_trace(cell, t0)
+        return _pipeline_trace(cell, t0, full)
     why = "a full trace was asked for" if full else why_full(cell)
     notes: list[str] = []
     if why is None:
@@ -207,13 +207,22 @@ def trace_cell(cell, full: bool = False) -> Trace:
                  depths=[cell.model.layers], why_full=why)
 
 
-def _pipeline_trace(cell, t0: float) -> Trace:
-    """One full trace per pipeline rank (see the module docstring); the worst one is the cell's."""
+def _pipeline_trace(cell, t0: float, full: bool = False) -> Trace:
+    """One trace per pipeline rank, from two shallow copies (every phase carried to the stage's depth) where
+    depth.why_full allows, else in full (see the module docstring); the worst rank's is the cell's."""
     import torch
 
+    p, per_rank = cell.pipeline_parallel, cell.gpus // cell.pipeline_parallel  # the mesh is (pp, dp, tp)
+    why = "a full trace was asked for" if full else why_full(cell)
+    notes: list[str] = []
+    if why is None:
+        try:
+            return _pipeline_extrapolated(cell, t0, per_rank)
+        except DepthError as exc:
+            why = str(exc)
+            notes.append(f"depth: traced in full ({exc})")
     check_traceable(cell)
-    tcell, p = traced_cell(cell), cell.pipeline_parallel
-    per_rank = cell.gpus // p  # the mesh is (pp, dp, tp): pipeline rank k's ranks start at k x gpus / p
+    tcell = traced_cell(cell)
     found = [_run(cell, tcell, rank=k * per_rank) for k in range(p)]
     stages = [StagePeak(pipeline_rank=k, stages=f["stages"], peak=f["at_peak"].get("Total", 0),
                         at_peak=fold(f["at_peak"])) for k, f in enumerate(found)]
@@ -223,10 +232,37 @@ def _pipeline_trace(cell, t0: float) -> Trace:
                  category_peaks=found[worst]["category_peaks"], counted=found[worst]["counted"],
                  tracker=found[worst]["tracker"], world=cell.gpus, steps=TRACE_STEPS,
                  micro_batches=trace_micro_batches(cell), device="cpu",
-                 attention_kernel=found[worst]["attention_kernel"], notes=found[worst]["notes"],
+                 attention_kernel=found[worst]["attention_kernel"], notes=found[worst]["notes"] + notes,
                  seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__, method="full",
-                 depths=[cell.model.layers], why_full="pipeline: each pipeline rank's stages traced in full",
-                 stages=stages, peak_stage=worst)
+                 depths=[cell.model.layers], why_full=f"pipeline: {why}", stages=stages, peak_stage=worst)
+
+
+def _pipeline_extrapolated(cell, t0: float, per_rank: int) -> Trace:
+    """Each pipeline rank traced at two shallow depths per stage, every phase carried to the stage's depth."""
+    import torch
+
+    chunks = stage_chunks(cell)
+    depths = shallow_depths(cell)
+    check_traceable(cell, layers=chunks * max(depths))
+    tcell = traced_cell(cell)
+    copies = [tcell.model_copy(update={"model": tcell.model.model_copy(update={"layers": chunks * d})})
+              for d in depths]
+    per_stage = cell.model.layers // chunks
+    ranks = []
+    for k in range(cell.pipeline_parallel):
+        found = [_run(cell, copy, phases=True, rank=k * per_rank) for copy in copies]
+        shallow = [Shallow(depth=d, phases=f["phases"], counted=f["counted"]) for d, f in zip(depths, found)]
+        ranks.append((found[-1], extrapolate(shallow[0], shallow[1], per_stage)))
+    stages = [StagePeak(pipeline_rank=k, stages=f["stages"], peak=got.peak, at_peak=fold(got.at_peak))
+              for k, (f, got) in enumerate(ranks)]
+    worst = max(range(len(stages)), key=lambda k: stages[k].peak)
+    last, got = ranks[worst]
+    return Trace(peak=got.peak, at_peak=fold(got.at_peak), labels_at_peak=got.at_peak,
+                 category_peaks=got.category_peaks, counted=got.counted, tracker=last["tracker"], world=cell.gpus,
+                 steps=TRACE_STEPS, micro_batches=trace_micro_batches(cell), device="cpu",
+                 attention_kernel=last["attention_kernel"], notes=last["notes"],
+                 seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__, method="extrapolated",
+                 depths=[chunks * d for d in depths], peak_phase=got.phase, stages=stages, peak_stage=worst)
 
 
 def shallow_traces(cell, depths: tuple[int, int] | None = None) -> list[tuple[dict[str, Any], Shallow]]:

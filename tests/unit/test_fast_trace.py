@@ -95,3 +95,33 @@ def test_each_phase_is_extrapolated_so_a_steeper_one_can_overtake():
     assert got.category_peaks == {"Activation": 129, "Temp": 340} and got.counted == {"parameters": 320}
     with pytest.raises(DepthError, match="differ in their phases"):
         extrapolate(a, Shallow(4, {"fw": _phase(101)}, {}), 32)
+
+
+# (TP 2 + SP x zero3 was checked the same way once, and so was the 512-rank 405B cell of scenarios/frontier.yaml,
+# every rank exact: tracing either costs more than CI can spend on it)
+PIPELINES = [("1f1b", "ddp", "none", "fp32", 2, 1), ("interleaved-1f1b", "zero3", "full", "bf16-mixed", 4, 1),
+             ("gpipe", "zero2", "selective", "fp32", 4, 1)]
+
+
+@pytest.mark.parametrize("schedule,strategy,policy,precision,gpus,tp", PIPELINES,
+                         ids=["-".join(map(str, p)) for p in PIPELINES])
+def test_a_pipeline_traces_each_rank_from_two_shallow_copies(schedule, strategy, policy, precision, gpus, tp):
+    """Every pipeline rank's stages at 3 and 4 blocks each, carried to 8 (v = 2 chunks for interleaved): each
+    rank's peak and the worst rank's categories equal the full trace's."""
+    chunks = 2 * (2 if schedule == "interleaved-1f1b" else 1)
+    cell = _cell("llama", 8 * chunks, strategy=strategy, activation_checkpointing=policy, precision=precision,
+                 pipeline_parallel=2, pipeline_schedule=schedule, tensor_parallel=tp, sequence_parallel=tp > 1)
+    cell = cell.model_copy(update={"gpus": gpus, "global_batch_size": 2 * gpus // (2 * tp)})  # 2 micro-batches
+    fast, full = trace_cell(cell), trace_cell(cell, full=True)
+    assert fast.method == "extrapolated" and fast.depths == [3 * chunks, 4 * chunks] and full.method == "full"
+    assert [s.peak for s in fast.stages] == pytest.approx([s.peak for s in full.stages], rel=0.01)
+    assert fast.peak_stage == full.peak_stage and not _close(fast, full), _close(fast, full)
+
+
+def test_pipelines_with_layer_level_policies_or_short_stages_are_traced_in_full():
+    pp = dict(pipeline_parallel=2, pipeline_schedule="1f1b", strategy="zero3")
+    assert "where a stage's checkpointed blocks fall" in why_full(_cell("llama", 24, activation_checkpointing="every-2",
+                                                                        **pp))
+    assert why_full(_cell("llama", 14, **pp)) == "7 layers per pipeline stage: the full trace costs no more than two " \
+                                               "shallow ones"
+    assert why_full(_cell("llama", 16, **pp)) is None

@@ -25,8 +25,8 @@ builds every layer, as do models and strategies depth.py cannot extrapolate (the
 
 Pipelines: each pipeline rank holds other stages, so a pipeline cell is traced once per pipeline rank (the
 fake group's rank set to that rank's first data-parallel rank), each from two shallow copies carried to the
-stage's depth (depth.py) or in full, with all the step's micro-batches (`trace_micro_batches`); the worst rank's trace is the cell's, every rank's peak is in
-`Trace.stages`.  The stages get their neighbours' tensors up front (worker/parallelize._boundary_tensors), and
+stage's depth (depth.py) or in full, with all the step's micro-batches (`trace_micro_batches`); the worst
+rank's trace is the cell's, every rank's peak is in `Trace.stages`.  The stages get their neighbours' tensors up front (worker/parallelize._boundary_tensors), and
 the tracker keeps a named parent above the stages (worker/measure._schedule_mod_tracker), since torch's
 MemTracker refuses a top-level module's second forward before its backward, which every schedule does.
 

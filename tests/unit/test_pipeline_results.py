@@ -1,6 +1,7 @@
 """What a pipeline cell stores and reports: the measured bubble (the busiest rank's 1 - busy / the pipeline's
-time over the measured steps, that time being the longest any rank spent in the schedule) beside the planner's, each stage's model states (the first rank of each stage: the mesh is
-(pp, dp)), the report's columns only where a pipeline ran, and a match gate's reference without stages."""
+time over the measured steps, that time being the longest any rank spent in the schedule) beside the
+planner's, each stage's model states (the first rank of each stage: the mesh is (pp, dp)), the report's
+columns only where a pipeline ran, and a match gate's reference without stages."""
 
 from __future__ import annotations
 

@@ -44,32 +44,6 @@ def _as_sampled(micro_batches):
     return list(zip(inputs.split(m), targets.split(m)))
 
 
-def make_optimizer_states(optimizer: torch.optim.Optimizer) -> None:
-    """Make `optimizer`'s states before the tracker starts: one step at learning rate 0 on zero gradients, then
-    the gradients dropped (the parameters do not move: AdamW decays them by lr x weight_decay).
-
-    Under FakeTensorMode, torch's MemTracker over-reports the step that makes the states of DTensor parameters
-    (FSDP2's, tensor parallelism's): AdamW on one 4096 x 1024 parameter sharded on 4 ranks, stepped for the
-    first time inside the tracker, 67.1 MB fake against 21.0 MB on real tensors, with the same operators and
-    the same local allocations; a step whose states exist is tracked as on real tensors.  Nothing is lost for
-    the peak: a real step from the second on holds the states all along, as the traced steps now do."""
-    groups = optimizer.param_groups
-    rates = [group["lr"] for group in groups]
-    with torch.no_grad():
-        for group in groups:
-            for p in group["params"]:
-                if p.requires_grad:
-                    p.grad = torch.zeros_like(p)
-    try:
-        for group in groups:
-            group["lr"] = 0.0
-        optimizer.step()
-    finally:
-        for group, rate in zip(groups, rates):
-            group["lr"] = rate
-        optimizer.zero_grad(set_to_none=True)
-
-
 def run_traced(cell, steps: int, phase: list[str], phases: bool = False) -> dict[str, Any]:
     """Build, parallelize and run `steps` optimizer steps of `cell` as rank 0 under the memory tracker.
     Must run inside a fake process group and FakeTensorMode (trace.trace_cell sets both up).  Appends to
@@ -119,8 +93,6 @@ def run_traced(cell, steps: int, phase: list[str], phases: bool = False) -> dict
         if i == 0:  # as the worker does: bytes counted after the first optimizer step
             counted.update(par.count_bytes().model_dump())
 
-    phase.append("making the optimizer's states")
-    make_optimizer_states(par.optimizer)
     phase.append("running the training steps")
     attention = _AttentionOps()
     with attention:

@@ -26,9 +26,10 @@ builds every layer, as do models and strategies depth.py cannot extrapolate (the
 Pipelines: each pipeline rank holds other stages, so a pipeline cell is traced once per pipeline rank (the
 fake group's rank set to that rank's first data-parallel rank), each from two shallow copies carried to the
 stage's depth (depth.py) or in full, with all the step's micro-batches (`trace_micro_batches`); the worst
-rank's trace is the cell's, every rank's peak is in `Trace.stages`.  The stages get their neighbours' tensors up front (worker/parallelize._boundary_tensors), and
-the tracker keeps a named parent above the stages (worker/measure._schedule_mod_tracker), since torch's
-MemTracker refuses a top-level module's second forward before its backward, which every schedule does.
+rank's trace is the cell's, every rank's peak is in `Trace.stages`.  The stages get their neighbours' tensors
+up front (worker/parallelize._boundary_tensors), and the tracker keeps a named parent above the stages
+(worker/measure._schedule_mod_tracker), since torch's MemTracker refuses a top-level module's second forward
+before its backward, which every schedule does.
 
 Strategies that need extra care under fake tensors do it themselves, behind `dist.get_backend() == "fake"`
 (DDP: no constructor sync, an in-place comm hook); the device mesh is built outside the fake mode (fsdp.py).
@@ -242,17 +243,11 @@ def _pipeline_extrapolated(cell, t0: float, per_rank: int) -> Trace:
     import torch
 
     chunks = stage_chunks(cell)
-    depths = shallow_depths(cell)
-    check_traceable(cell, layers=chunks * max(depths))
-    tcell = traced_cell(cell)
-    copies = [tcell.model_copy(update={"model": tcell.model.model_copy(update={"layers": chunks * d})})
-              for d in depths]
     per_stage = cell.model.layers // chunks
     ranks = []
     for k in range(cell.pipeline_parallel):
-        found = [_run(cell, copy, phases=True, rank=k * per_rank) for copy in copies]
-        shallow = [Shallow(depth=d, phases=f["phases"], counted=f["counted"]) for d, f in zip(depths, found)]
-        ranks.append((found[-1], extrapolate(shallow[0], shallow[1], per_stage)))
+        (_, a), (found, b) = shallow_traces(cell, rank=k * per_rank)
+        ranks.append((found, extrapolate(a, b, per_stage)))
     stages = [StagePeak(pipeline_rank=k, stages=f["stages"], peak=got.peak, at_peak=fold(got.at_peak))
               for k, (f, got) in enumerate(ranks)]
     worst = max(range(len(stages)), key=lambda k: stages[k].peak)
@@ -262,19 +257,23 @@ def _pipeline_extrapolated(cell, t0: float, per_rank: int) -> Trace:
                  steps=TRACE_STEPS, micro_batches=trace_micro_batches(cell), device="cpu",
                  attention_kernel=last["attention_kernel"], notes=last["notes"],
                  seconds=round(time.perf_counter() - t0, 3), torch=torch.__version__, method="extrapolated",
-                 depths=[chunks * d for d in depths], peak_phase=got.phase, stages=stages, peak_stage=worst)
+                 depths=[chunks * d for d in shallow_depths(cell)], peak_phase=got.phase, stages=stages,
+                 peak_stage=worst)
 
 
-def shallow_traces(cell, depths: tuple[int, int] | None = None) -> list[tuple[dict[str, Any], Shallow]]:
-    """`cell`'s model traced at `depths` (default: depth.shallow_depths) with every moment named by its phase:
-    (what run_traced found, its Shallow) per depth."""
+def shallow_traces(cell, depths: tuple[int, int] | None = None,
+                   rank: int = 0) -> list[tuple[dict[str, Any], Shallow]]:
+    """`cell`'s model traced as `rank` at `depths` blocks per stage (default: depth.shallow_depths; a pipeline's
+    model has p x v stages) with every moment named by its phase: (what run_traced found, its Shallow) per
+    depth."""
     depths = depths or shallow_depths(cell)
-    check_traceable(cell, layers=max(depths))
+    chunks = stage_chunks(cell)
+    check_traceable(cell, layers=chunks * max(depths))
     tcell = traced_cell(cell)
     out = []
     for depth in depths:
-        copy = tcell.model_copy(update={"model": tcell.model.model_copy(update={"layers": depth})})
-        found = _run(cell, copy, phases=True)
+        copy = tcell.model_copy(update={"model": tcell.model.model_copy(update={"layers": chunks * depth})})
+        found = _run(cell, copy, phases=True, rank=rank)
         out.append((found, Shallow(depth=depth, phases=found["phases"], counted=found["counted"])))
     return out
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import inspect
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -99,6 +99,14 @@ class Pipeline:
     ranks: int
     busy_s: float = 0.0  # seconds this rank's stages computed during the last step (module docstring)
     wall_s: float = 0.0  # seconds the last step's schedule.step call took (every micro-batch, forward and backward)
+    # the step's keyword that stops the last stage keeping every micro-batch's output (its logits) until the
+    # step ends, to merge them for a caller that never reads them: m x the logits, the last stage's largest
+    # tensors (PyTorch's `return_outputs`; a torch without it keeps them)
+    no_outputs: dict = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if "return_outputs" in inspect.signature(type(self.schedule).step).parameters:
+            self.no_outputs = {"return_outputs": False}
 
     def time_stages(self, stages: list, device: torch.device) -> None:
         """Wrap each stage's compute calls so that `busy_s` adds up their time."""
@@ -134,18 +142,11 @@ class Pipeline:
         losses: list[torch.Tensor] = []
         self.busy_s = 0.0
         t0 = time.perf_counter()
-        self.schedule.step(*args, **kwargs, losses=losses if self.last else None, **self._no_outputs())
+        self.schedule.step(*args, **kwargs, losses=losses if self.last else None, **self.no_outputs)
         self.wall_s = time.perf_counter() - t0
         if not self.last:
             return torch.zeros((), device=batches[0][0].device)
         return torch.stack([loss.detach() for loss in losses]).mean() * self.ranks
-
-    def _no_outputs(self) -> dict:
-        """The step's keyword that stops the last stage keeping every micro-batch's output (its logits) until
-        the step ends, to merge them for a caller that never reads them: m x the logits, the last stage's
-        largest tensors (PyTorch's `return_outputs`; a torch without it keeps them)."""
-        step = type(self.schedule).step
-        return {"return_outputs": False} if "return_outputs" in inspect.signature(step).parameters else {}
 
     @torch.no_grad()
     def evaluate(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:

@@ -36,7 +36,10 @@ from suite.stats import percentile
 # time over the ranks), no longer the mean of each rank's share of its own schedule time, which missed the last
 # stage's wait for the final backward; PipelineMeasured.rank_idle (each rank's share).  Older records read as
 # written: an empty rank_idle says their bubble is the older measure.
-SCHEMA_VERSION = 10
+# 11: RankRecord.pipeline_wait_s (the schedule's waits for messages); PipelineMeasured.bubble counts a rank idle
+# only while it waits for another stage, and PipelineMeasured.rank_overhead holds the schedule's own work, which
+# schema 10 counted as idle.  Older records read with an empty list and are measured as schema 10 measured them.
+SCHEMA_VERSION = 11
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
 FINAL_STATUSES = ("ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed")
@@ -187,8 +190,11 @@ class RankRecord(_Record):
         "pipeline_parallel.py).  Empty without.")
     pipeline_s: list[Seconds] = Field(
         fail_fast=True, default_factory=list, description="Pipeline parallelism: per optimizer step, the seconds the "
-        "schedule ran (forward and backward of every micro-batch; the optimizer step is outside): 1 - "
-        "pipeline_busy_s / pipeline_s is the bubble this rank saw.  Empty without.")
+        "schedule ran (forward and backward of every micro-batch; the optimizer step is outside).  Empty without.")
+    pipeline_wait_s: list[Seconds] = Field(
+        fail_fast=True, default_factory=list, description="Pipeline parallelism: per optimizer step, the seconds "
+        "the schedule waited for point-to-point messages (schema 11; empty without, in older records, and where "
+        "the installed torch's waits cannot be timed).")
     extra: Loose = Field(default_factory=dict, description="Strategy-specific facts.")
 
     @model_validator(mode="before")
@@ -265,12 +271,20 @@ class Overhead(_Record):
 class PipelineMeasured(_Record):
     """What a pipeline-parallel cell measured beside its plan (the runner's aggregate, from every rank)."""
 
-    bubble: Ratio | None = Field(description="The busiest rank's share of the pipeline's time spent not "
-                                 "computing (1 - busy / the longest schedule time over the ranks, summed over "
-                                 "the steps after warm-up; schema 10, before it each rank's own schedule time "
-                                 "and the mean over ranks); None when no rank recorded them.")
+    bubble: Ratio | None = Field(description="The busiest rank's share of the pipeline's time spent waiting "
+                                 "for another stage (its schedule's waits for messages, and the time after its "
+                                 "schedule ends until the longest schedule over the ranks ends; summed over the "
+                                 "steps after warm-up).  Before schema 11, and where waits were not timed, the "
+                                 "share spent not computing, which also holds the schedule's own work; before "
+                                 "schema 10, each rank's own schedule time and the mean over ranks.  None when no "
+                                 "rank recorded them.")
     rank_idle: list[Ratio] = Field(fail_fast=True, default_factory=list, description="Every rank's idle "
-                                   "share of the pipeline's time, by rank (schema 10; empty in older results).")
+                                   "share of the pipeline's time, by rank, measured as `bubble` is (schema 10; "
+                                   "empty in older results).")
+    rank_overhead: list[Ratio] = Field(fail_fast=True, default_factory=list, description="Every rank's share of "
+                                       "the pipeline's time spent in the schedule's own work (neither computing "
+                                       "nor waiting: cutting micro-batches, posting messages, the loss), by rank "
+                                       "(schema 11; empty where waits were not timed).")
     bubble_predicted: Ratio | None = Field(description="The planner's bubble for the schedule (plan/pipeline.py).")
     stage_states: list[Bytes] = Field(fail_fast=True, description="Model states (parameters, gradients, optimizer "
                                       "states, master weights) of the first rank of each pipeline stage, first "

@@ -103,27 +103,36 @@ def pipeline_measured(records: list[RankRecord], prediction: dict[str, Any], sta
     """The measured bubble and each stage's model states (its first rank's: the mesh is (pp, dp, tp), so stage i
     starts at rank i x its data- x tensor-parallel ranks); None without pipeline parallelism.
 
-    The bubble is the formula's: the share of the pipeline's time a stage sits idle.  The pipeline's time of a
-    step is the longest any rank spent in the schedule: the ranks enter a step together (the previous step's
-    gradient-norm all-reduce over the pipeline holds them; 2 ms apart on CPU), and the first stage leaves last,
-    after the final backward.  A rank's own schedule time would leave out the last stage's wait for that
-    backward, which it spends outside the schedule.  Each rank's idle share is 1 - busy / that time, over the
-    steps after warm-up.  The bubble is the busiest rank's share: with unequal stages the slowest one sets the
+    The bubble is the formula's: the share of the pipeline's time a stage sits idle, waiting for another stage.
+    The pipeline's time of a step is the longest any rank spent in the schedule: the ranks enter a step together
+    (the previous step's gradient-norm all-reduce over the pipeline holds them; 2 ms apart on CPU), and the first
+    stage leaves last, after the final backward.  A rank waits in its schedule's waits for messages and, after
+    its schedule ends, until that longest one ends (the last stage waits there for the first stage's final
+    backward).  Its idle share is that, over the steps after warm-up; what is neither computing nor waiting is
+    the schedule's own work, its overhead share.  Where a rank's waits were not timed (older records, a torch
+    without the hook), idle is everything but computing (1 - busy / the pipeline's time), the overhead included,
+    and no overhead is given.  The bubble is the busiest rank's share: with unequal stages the slowest one sets the
     pace, and the others also idle for the difference, which the formula does not count."""
     if stages == 1:
         return None
-    steady = [(r, r.pipeline_busy_s[r.warmup_steps:], r.pipeline_s[r.warmup_steps:]) for r in records]
-    steady = [(r, busy, wall) for r, busy, wall in steady if busy and len(busy) == len(wall)]
+    w = [r.warmup_steps for r in records]
+    steady = [(r, r.pipeline_busy_s[k:], r.pipeline_s[k:], r.pipeline_wait_s[k:]) for r, k in zip(records, w)]
+    steady = sorted([t for t in steady if t[1] and len(t[1]) == len(t[2])], key=lambda t: t[0].rank)
     idle: list[float] = []
-    if steady and len({len(wall) for _, _, wall in steady}) == 1:
-        span = sum(max(step) for step in zip(*(wall for _, _, wall in steady)))
-        if span > 0:
-            idle = [1.0 - sum(busy) / span for _, busy, _ in sorted(steady, key=lambda t: t[0].rank)]
+    overhead: list[float] = []
+    if steady and len({len(wall) for _, _, wall, _ in steady}) == 1:
+        span = sum(max(step) for step in zip(*(wall for _, _, wall, _ in steady)))
+        timed = all(len(waits) == len(wall) for _, _, wall, waits in steady)
+        if span > 0 and timed:
+            idle = [(sum(waits) + span - sum(wall)) / span for _, _, wall, waits in steady]
+            overhead = [max(0.0, sum(wall) - sum(busy) - sum(waits)) / span for _, busy, wall, waits in steady]
+        elif span > 0:
+            idle = [1.0 - sum(busy) / span for _, busy, _, _ in steady]
     by_rank, per_stage = {r.rank: r for r in records}, max(1, records[0].world_size // stages)
     firsts = [by_rank.get(i * per_stage) for i in range(stages)]
     tb = [r.tensor_bytes if r is not None else None for r in firsts]
     states = [b.parameters + b.gradients + b.optimizer_states + b.master_weights for b in tb if b is not None]
-    return PipelineMeasured(bubble=min(idle) if idle else None, rank_idle=idle,
+    return PipelineMeasured(bubble=min(idle) if idle else None, rank_idle=idle, rank_overhead=overhead,
                             bubble_predicted=(prediction.get("pipeline") or {}).get("bubble_fraction"),
                             stage_states=states if len(states) == stages else [])
 

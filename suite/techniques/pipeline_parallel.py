@@ -25,11 +25,15 @@ of micro-batches (`scale_grads`), as the plain loop divides each micro-batch's l
 Bubble) hold several stages per rank, while the planner models ZB-H1 on one.
 
 The bubble, measured: each stage's `forward_one_chunk` and `backward_one_chunk` (and `backward_weight_one_chunk`)
-are timed (the device synchronized at both ends, so on a GPU the timing itself costs a little), and `busy_s`
-holds the last step's sum, `wall_s` the schedule's whole run (the optimizer step is outside it).  The schedule
-waits for its point-to-point messages outside those calls, so 1 - busy / wall is the share of the schedule's time
-this rank was not computing: the bubble, plus the messages it waited for and the schedule's own bookkeeping
-(cutting the batch into micro-batches, the loss, scaling the gradients).
+are timed (the device synchronized at both ends, so on a GPU the timing itself costs a little) into `busy_s`, and
+PyTorch's wait for a batch of point-to-point messages (`schedules._wait_batch_p2p`, wrapped once per process;
+on a GPU the device is synchronized after it, since NCCL's wait only orders the stream) into `wait_s`; `wall_s`
+is the schedule's whole run (the optimizer step is outside it).  A rank is idle while it waits for another
+stage: in the schedule's waits, and outside the schedule until the slowest rank's schedule ends.  What is left,
+wall - busy - wait, is the schedule's own work on this rank: cutting the batch into micro-batches, posting its
+messages (gloo copies and queues them on the calling thread), the loss, scaling the gradients.  The formula has
+neither waits for slow messages nor that work; the runner reports the waits as the bubble and the work apart
+(suite.runner.aggregate.pipeline_measured).
 
 Only the last stage has the loss.  What `step` returns is arranged so that the mean over every rank of the
 world is the mean over the last stages: the last stage reports p x its loss, the others 0.
@@ -81,6 +85,36 @@ def split_stage(model: nn.Module, stage: int, stages: int, copy_model: bool) -> 
     return part
 
 
+# seconds this process's pipeline schedules have waited for point-to-point messages (`_time_waits`); a step
+# reads the difference
+_WAITED = [0.0]
+
+
+def _time_waits(sync: Callable[[], None]) -> bool:
+    """Wrap PyTorch's wait for a batch of point-to-point messages, once per process, so that its seconds add up in
+    `_WAITED` (`sync` after it: the device's wait).  False where this torch's schedules have no such function:
+    the waits are then not told apart from the schedule's own work."""
+    from torch.distributed.pipelining import schedules
+
+    wait = getattr(schedules, "_wait_batch_p2p", None)
+    if wait is None:
+        return False
+    if getattr(wait, "suite_timed", False):
+        return True
+
+    def timed(work):
+        t0 = time.perf_counter()
+        try:
+            return wait(work)
+        finally:
+            sync()
+            _WAITED[0] += time.perf_counter() - t0
+
+    timed.suite_timed = True
+    schedules._wait_batch_p2p = timed
+    return True
+
+
 @dataclass
 class Pipeline:
     """This rank's side of a pipeline schedule: what the training loop and evaluation call instead of the
@@ -98,6 +132,7 @@ class Pipeline:
     last: bool
     ranks: int
     busy_s: float = 0.0  # seconds this rank's stages computed during the last step (module docstring)
+    wait_s: float | None = None  # seconds the last step waited for messages; None: this torch's waits not timed
     wall_s: float = 0.0  # seconds the last step's schedule.step call took (every micro-batch, forward and backward)
     # the step's keyword that stops the last stage keeping every micro-batch's output (its logits) until the
     # step ends, to merge them for a caller that never reads them: m x the logits, the last stage's largest
@@ -109,8 +144,11 @@ class Pipeline:
             self.no_outputs = {"return_outputs": False}
 
     def time_stages(self, stages: list, device: torch.device) -> None:
-        """Wrap each stage's compute calls so that `busy_s` adds up their time."""
+        """Wrap each stage's compute calls so that `busy_s` adds up their time, and PyTorch's message waits so
+        that `wait_s` adds up theirs."""
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        if _time_waits(sync):
+            self.wait_s = 0.0
 
         def timed(call):
             def run(*args, **kwargs):
@@ -141,9 +179,12 @@ class Pipeline:
         args, kwargs = self._feed(batches)
         losses: list[torch.Tensor] = []
         self.busy_s = 0.0
+        waited = _WAITED[0]
         t0 = time.perf_counter()
         self.schedule.step(*args, **kwargs, losses=losses if self.last else None, **self.no_outputs)
         self.wall_s = time.perf_counter() - t0
+        if self.wait_s is not None:
+            self.wait_s = _WAITED[0] - waited
         if not self.last:
             return torch.zeros((), device=batches[0][0].device)
         return torch.stack([loss.detach() for loss in losses]).mean() * self.ranks

@@ -5,14 +5,16 @@ one rank per stage, one thread each), m = 4p and 8p micro-batches per step of 51
 interleaved-1f1b.  The model is deep and wide enough, and the sequence long enough, that the blocks' work
 dominates (the first stage's embedding and the last stage's head and loss are small beside them, and so are the
 point-to-point messages: one 1 MiB activation or gradient per micro-batch and stage boundary).  The bubble is
-what the runner stores (suite.runner.aggregate.pipeline_measured): the busiest rank's 1 - the seconds its
-stages computed / the pipeline's time (the longest schedule time over the ranks), over the steps after
-warm-up; each rank's share is in `per_rank`.  The formula is plan/pipeline.bubble_fraction.  The record says
-on which machine, with which commit and how busy the machine was.
+what the runner stores (suite.runner.aggregate.pipeline_measured): the busiest rank's share of the pipeline's
+time (the longest schedule time over the ranks) spent waiting for another stage, over the steps after warm-up;
+each rank's share is in `per_rank`, and each rank's share spent in the schedule's own work (neither computing nor
+waiting) in `per_rank_overhead`.  The formula is plan/pipeline.bubble_fraction.  The record says on which
+machine, with which commit and how busy the machine was.
 
-Issue 36's measure: within 20% of the formula (relative) for m >= 4p.  What the measure also holds: the waits for
-messages and the schedule's own work are idle time here, and the formula has neither; interleaved-1f1b sends twice
-as many messages as 1f1b.
+Issue 36's measure: within 20% of the formula (relative) for m >= 4p.  What the measure also holds: waits for
+messages that arrive late (a message's own transfer, a sender's jitter) are idle time here, and the formula has
+none; interleaved-1f1b sends twice as many messages as 1f1b.  Records before schema 11 (commit 1e9550d to
+2c34866) counted the schedule's own work as idle too.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def measure(cells: list, out: Path) -> list[dict]:
                      "micro_batches": cell.grad_accum, "measured": measured.bubble,
                      "predicted": measured.bubble_predicted,
                      "relative_error": measured.bubble / measured.bubble_predicted - 1,
-                     "per_rank": measured.rank_idle,
+                     "per_rank": measured.rank_idle, "per_rank_overhead": measured.rank_overhead,
                      "step_median_s": sorted(recs[0].step_times_s[2:])[len(recs[0].step_times_s[2:]) // 2]})
     return rows
 
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r['schedule']:>17} p={r['stages']} m={r['micro_batches']:>2}: bubble measured {r['measured']:.1%}, "
               f"predicted {r['predicted']:.1%} ({r['relative_error']:+.0%}; per rank "
-              f"{', '.join(f'{b:.1%}' for b in r['per_rank'])}), step {r['step_median_s'] * 1e3:.0f} ms")
+              f"{', '.join(f'{b:.1%}' for b in r['per_rank'])}; own work "
+              f"{', '.join(f'{b:.1%}' for b in r['per_rank_overhead'])}), step {r['step_median_s'] * 1e3:.0f} ms")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("a") as f:

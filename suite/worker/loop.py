@@ -84,6 +84,7 @@ class Trainer:
     grad_norms: list[float] = field(init=False, default_factory=list)  # global gradient norm per step
     busy: list[float] = field(init=False, default_factory=list)  # pipeline: seconds the stages computed per step
     pipeline_wall: list[float] = field(init=False, default_factory=list)  # pipeline: seconds the schedule ran
+    pipeline_wait: list[float] = field(init=False, default_factory=list)  # pipeline: seconds it waited for messages
 
     def __post_init__(self) -> None:
         self.scaler = precision.grad_scaler(self.cell.precision, self.device, self.par.sharded_grad_scaler)
@@ -172,6 +173,8 @@ class Trainer:
             if self.par.pipeline is not None:
                 self.busy.append(self.par.pipeline.busy_s)
                 self.pipeline_wall.append(self.par.pipeline.wall_s)
+                if self.par.pipeline.wait_s is not None:
+                    self.pipeline_wait.append(self.par.pipeline.wait_s)
             events.emit("step", step=step, loss=loss, grad_norm=norm, step_time_s=dt)
             if not math.isfinite(loss):
                 raise Diverged(step, loss)

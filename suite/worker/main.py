@@ -190,6 +190,7 @@ def _finish(cell: Cell, out_dir: Path, out: _Outcome) -> RankRecord:
         grad_norms=out.trainer.grad_norms if out.trainer else [],
         pipeline_busy_s=out.trainer.busy if out.trainer else [],
         pipeline_s=out.trainer.pipeline_wall if out.trainer else [],
+        pipeline_wait_s=out.trainer.pipeline_wait if out.trainer else [],
         eval=out.trainer.evals if out.trainer else [],
         warmup_steps=cell.warmup_steps,
         tokens_per_step=_tokens_per_step(cell),

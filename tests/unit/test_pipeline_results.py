@@ -1,6 +1,7 @@
-"""What a pipeline cell stores and reports: the measured bubble (the busiest rank's 1 - busy / the pipeline's
-time over the measured steps, that time being the longest any rank spent in the schedule) beside the
-planner's, each stage's model states (the first rank of each stage: the mesh is (pp, dp)), the report's
+"""What a pipeline cell stores and reports: the measured bubble (the busiest rank's share of the pipeline's time
+spent waiting for another stage over the measured steps, that time being the longest any rank spent in the
+schedule; 1 - busy / that time where the waits were not timed) beside the planner's, the schedule's own work
+apart, each stage's model states (the first rank of each stage: the mesh is (pp, dp)), the report's
 columns only where a pipeline ran, and a match gate's reference without stages."""
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ def _cell():
                      micro_batch_size=1, global_batch_size=8, steps=6, warmup_steps=2)
 
 
-def _records(cell, busy_share: list[float], left_early: dict[int, float] | None = None):
+def _records(cell, busy_share: list[float], left_early: dict[int, float] | None = None,
+             wait_share: list[float] | None = None):
     """One record per rank, stage i = rank // 2, each stage's bytes its own; busy = share x the schedule's time
     after warm-up (and warm-up steps whose busy time must not count).  `left_early`: ranks whose schedule time
-    is that much shorter (a last stage leaves before the first stage's final backward)."""
+    is that much shorter (a last stage leaves before the first stage's final backward).  `wait_share`: each
+    rank's waits for messages as a share of its own schedule time (None: waits not timed, as in older records)."""
     out = []
     for rank, share in enumerate(busy_share):
         r = make_record(cell, step_time_s=0.1, noise=0.0, n_steps=4)
@@ -36,8 +39,10 @@ def _records(cell, busy_share: list[float], left_early: dict[int, float] | None 
         wall = [0.8 * t for t in r.step_times_s]  # the optimizer step is outside the schedule's time
         busy = [0.0] * cell.warmup_steps + [share * t for t in wall[cell.warmup_steps:]]
         wall = [w * (1 - (left_early or {}).get(rank, 0.0)) for w in wall]
+        waits = [] if wait_share is None else [1.0] * cell.warmup_steps + [
+            wait_share[rank] * t for t in wall[cell.warmup_steps:]]
         out.append(r.model_copy(update={"rank": rank, "tensor_bytes": tb, "pipeline_busy_s": busy,
-                                        "pipeline_s": wall}))
+                                        "pipeline_s": wall, "pipeline_wait_s": waits}))
     return out
 
 
@@ -58,6 +63,19 @@ def test_a_rank_that_leaves_the_schedule_early_idles_until_the_pipeline_ends():
     got = pipeline_measured(_records(cell, [0.8, 0.8, 0.9, 0.9], left_early={2: 0.1, 3: 0.1}), {}, 2)
     assert got.rank_idle == pytest.approx([0.2, 0.2, 0.1, 0.1])
     assert got.bubble == pytest.approx(0.1)
+
+
+def test_with_timed_waits_only_waiting_is_idle_and_the_schedules_own_work_is_overhead():
+    """Ranks 0-1 compute 70% of the pipeline's time and wait 25%: the other 5% is the schedule's own work, not
+    bubble.  Ranks 2-3 leave the schedule 10% early after waiting 10% of it: idle 0.09 + 0.1 = 0.19."""
+    cell = _cell()
+    got = pipeline_measured(_records(cell, [0.7, 0.7, 0.8, 0.8], left_early={2: 0.1, 3: 0.1},
+                                     wait_share=[0.25, 0.25, 0.1, 0.1]), {}, 2)
+    assert got.rank_idle == pytest.approx([0.25, 0.25, 0.19, 0.19])
+    assert got.rank_overhead == pytest.approx([0.05, 0.05, 0.01, 0.01])
+    assert got.bubble == pytest.approx(0.19)
+    untimed = pipeline_measured(_records(cell, [0.7, 0.7, 0.8, 0.8], left_early={2: 0.1, 3: 0.1}), {}, 2)
+    assert untimed.rank_idle == pytest.approx([0.3, 0.3, 0.2, 0.2]) and untimed.rank_overhead == []
 
 
 def test_no_pipeline_no_measure():

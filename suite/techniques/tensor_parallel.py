@@ -48,14 +48,18 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh, sequence_parallel: bool = F
 
     sp = sequence_parallel
     if sp or loss_parallel:
-        parallelize_module(model, tp_mesh, {
+        outer = {
             # each rank looks up its vocabulary rows; the partial sums land split on the sequence (SP) or whole
             "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1) if sp else Replicate()),
             **({"norm": SequenceParallel()} if sp else {}),
             "head": ColwiseParallel(input_layouts=Shard(1) if sp else Replicate(),
                                     output_layouts=Shard(-1) if loss_parallel else Replicate(),
                                     use_local_output=not loss_parallel),
-        })
+        }
+        # a pipeline stage holds only some of them (the others are None): plan only those it holds
+        held = {name: style for name, style in outer.items() if getattr(model, name, None) is not None}
+        if held:
+            parallelize_module(model, tp_mesh, held)
     out = Shard(1) if sp else Replicate()  # where wo's and down's output goes: reduce-scatter (SP) or all-reduce
     for block in model.blocks:
         plan = {

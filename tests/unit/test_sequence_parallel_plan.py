@@ -88,3 +88,39 @@ def test_the_as_implemented_peak_is_within_6_percent_of_the_trace(extra):
     cell = make_cell(**{**TP2, "seq_len": 512}, **extra)
     traced, guess = trace_cell(cell).peak, predict(cell).as_implemented.total
     assert guess == pytest.approx(traced, rel=0.06), (guess, traced)
+
+
+def test_a_vocabulary_split_embedding_gets_its_gradient_whole_and_the_first_rank_plans_it():
+    """PyTorch 2.14's DTensor embedding backward returns the vocabulary-split (RowwiseParallel) embedding's
+    gradient replicated: V x h on every tensor-parallel rank (real tensors, a fake process group).  Under zero3
+    the planner's first rank holds it at the end of a micro-batch's backward, in the compute dtype, and, where
+    micro-batches accumulate unsharded, summed in fp32 beyond the split rows: a torch that splits the gradient
+    fails the first half, and a planner that forgets it the second."""
+    import torch
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+
+    from suite.plan.trace import fake_world
+
+    with fake_world(2):
+        emb = nn.Sequential(nn.Embedding(64, 8))
+        parallelize_module(emb, init_device_mesh("cpu", (2,)),
+                           {"0": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1))})
+        emb(torch.randint(0, 64, (1, 4))).sum().backward()
+        assert tuple(emb[0].weight.to_local().shape) == (32, 8)
+        assert tuple(emb[0].weight.grad.to_local().shape) == (64, 8)
+
+    from suite.plan.implemented import whole_embedding_in_backward
+
+    zero3 = dict(TP2, strategy="zero3", gpus=4, precision="bf16-mixed", micro_batch_size=1)
+    whole = resolve("llama-tiny").vocab * resolve("llama-tiny").hidden
+    one = dict(zero3, global_batch_size=2)  # 2 data-parallel ranks: one micro-batch, nothing accumulates
+    assert predict_memory(make_cell(**one, sequence_parallel=True)).temporaries \
+        - predict_memory(make_cell(**one)).temporaries == pytest.approx(2 * whole)  # bf16, whole
+    two = make_cell(**dict(zero3, global_batch_size=4), sequence_parallel=True)
+    assert whole_embedding_in_backward(two) == pytest.approx(2 * whole + 4 * whole / 2)  # + fp32 beyond 1 / t
+    assert whole_embedding_in_backward(make_cell(**dict(zero3, global_batch_size=4))) == 0.0  # not split
+    # ddp keeps it as a gradient (whole_embedding_gradient), not a temporary
+    assert whole_embedding_in_backward(make_cell(**dict(TP2, sequence_parallel=True))) == 0.0

@@ -13,7 +13,8 @@ fp32 master copy in mixed precision.  The code differs, and this model follows t
 - Unsharded parameters: a strategy that shards parameters gathers the root unit (embeddings, final norm,
   head) for all of forward and backward and `Holds.unsharded_blocks` blocks around it, in the compute dtype
   (a trace of llama3-8b zero3 on 8 ranks peaks at exactly root + 1 block: 2.36 GiB).  Counted under
-  parameters.
+  parameters.  A pipeline stage is gathered whole instead (`pipeline_unsharded_bytes`), except at the loss's
+  moment on the last stage, after a forward that resharded its blocks.
 - Activations: what each block keeps for backward, counted from the models' code per policy
   (`layer_bytes_per_token`): the models call fused SDPA, which saves q, k, v, its output and one fp32
   logsumexp per query, never the s x s scores the textbook's 5 a s / h term counts; under autocast the
@@ -58,6 +59,17 @@ def unsharded_bytes(shape, strategy: str, precision: str, tp: int = 1) -> float:
     block = block_parameters(shape, tp)
     root = shape.num_parameters() - shape.layers * shape.block_parameters()
     return (2 if precision != "fp32" else 4) * (root + blocks * block)
+
+
+def pipeline_unsharded_bytes(precision: str, params: float) -> float:
+    """What a parameter-sharding strategy holds unsharded on a pipeline stage: all of the stage's `params`, in
+    the compute dtype.  PyTorch's PipelineStage sets an FSDP stage's `reshard_after_backward` to False in every
+    micro-batch's backward and reshards only at the step's final gradient reduction, so from the first
+    micro-batch's backward on every block of the stage stays gathered (not the root unit of the whole model plus
+    one block, as without a pipeline: a middle stage has no embedding or head, and the ends are split on the
+    vocabulary under sequence or loss parallelism).  Traced, PyTorch 2.14, the 405B-shaped 1f1b cell: a middle
+    rank holds 14.1 GiB of parameters at its peak, 2.97 sharded and 15 of its 16 blocks gathered in bf16."""
+    return (2 if precision != "fp32" else 4) * params
 
 
 def forward_dtypes(strategy: str | None, precision: str) -> tuple[int, int, bool]:
@@ -223,13 +235,20 @@ def predict_memory(cell, rank: int | None = None) -> MemoryBreakdown:
     static = static_bytes(params, cell.strategy, cell.precision, shard_world(cell))
     static["gradients"] += whole_embedding_gradient(cell, static, params) if rank == 0 else 0.0
     working = unsharded_bytes(cell.model, cell.strategy, cell.precision, tp)  # on the device, offloaded or not
+    extra = peak_extra(cell, last)
+    if p > 1 and working:  # a pipeline stage: gathered whole at the end of a backward (pipeline_unsharded_bytes)
+        working = pipeline_unsharded_bytes(cell.precision, params)
+        # the loss's moment, the start of the last stage's backward, comes after a forward that resharded the
+        # blocks: the head gathered, the loss's temporaries; what it holds beyond the whole stage is the excess
+        ends = params - stage_shape(cell).layers * block_parameters(cell.model, tp)
+        extra = max(0.0, extra + pipeline_unsharded_bytes(cell.precision, ends) - working)
     static["parameters"] += working
     acts = activation_bytes(stage_shape(cell), cell.seq_len / context(cell), cell.micro_batch_size,
                             cell.activation_checkpointing, cell.precision, tp, cell.strategy, vocab_split(cell),
                             ends=last, sequence_parallel=getattr(cell, "sequence_parallel", False))
     acts *= in_flight(cell, rank)
     out = offloaded(static, cell.strategy, working, acts)
-    temps = peak_extra(cell, last) + unsharded_accumulation(cell, params)
+    temps = extra + unsharded_accumulation(cell, params)
     temps += whole_embedding_in_backward(cell) if rank == 0 else 0.0
     # At the peak (the start of backward or the end of forward) FSDP2's sharded gradients are None: zero_grad
     # set them to None, and backward makes them only at the last micro-batch's reduce-scatter (before it, the

@@ -199,3 +199,21 @@ def test_the_last_stage_keeps_no_micro_batchs_logits_past_its_backward():
                                   micro_batch_size=1, global_batch_size=m, seq_len=64)).stages[1].peak
              for m in (2, 8)]
     assert peaks[1] - peaks[0] < 64 * 8192 * 4  # less than one micro-batch's logits more
+
+
+@pytest.mark.parametrize("schedule,tp", [("1f1b", 2), ("gpipe", 1)])
+def test_a_sharded_stage_is_planned_gathered_whole_as_the_trace_holds_it(schedule, tp):
+    """PyTorch's pipeline stage keeps an FSDP stage's blocks gathered from a micro-batch's backward to the step's
+    end (reshard_after_backward False), so zero3's stage holds every block unsharded, not one block and the
+    whole model's embedding and head as without a pipeline.  On this 8-block llama (bf16, full checkpointing)
+    the as-implemented stages were 14-16% under the traced peaks before; now within 10% (about 6-7% under: a
+    block's own backward temporaries are not modelled)."""
+    from suite.plan.trace import trace_cell
+
+    model = {"family": "llama", "layers": 8, "hidden": 256, "heads": 4, "kv_heads": 2, "ffn": 688, "vocab": 512}
+    cell = make_cell(model=model, gpus=4 * tp, strategy="zero3", pipeline_parallel=2, pipeline_schedule=schedule,
+                     tensor_parallel=tp, sequence_parallel=tp > 1, micro_batch_size=1, global_batch_size=8,
+                     seq_len=128, precision="bf16-mixed", activation_checkpointing="full")
+    for stage in trace_cell(cell).stages:
+        planned = predict_memory(cell, stage.pipeline_rank).total
+        assert planned == pytest.approx(stage.peak, rel=0.10), (stage.pipeline_rank, planned, stage.peak)

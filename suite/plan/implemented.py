@@ -211,9 +211,9 @@ def whole_embedding_in_backward(cell) -> float:
     (FSDP2), on the first stage: each micro-batch's backward makes V x h in the compute dtype before FSDP2 keeps
     its split rows, and, where the micro-batches accumulate unsharded (no_sync), FSDP2 upcasts and sums that
     whole gradient: V x h in fp32 where the split says V / t x h.  Both are there at the end of a later
-    micro-batch's backward.  Traced, PyTorch 2.14, the 512-rank llama-405B-shaped cell (t = 8, SP): its first
-    stage holds 3.9 GiB of bf16 and 7.8 GiB of fp32 embedding gradient there (real tensors on a fake process
-    group give the same V x h for one micro-batch)."""
+    micro-batch's backward.  The whole V x h of one micro-batch is measured on real tensors (a fake process group,
+    PyTorch 2.14); the fp32 sum is FSDP2's `to_accumulated_grad_if_needed` on that gradient.  At 405B (t = 8,
+    SP) the two are 3.9 and 7.8 GiB, and the first rank's traced peak falls there."""
     split = ends_split(cell)
     spec = registry.get(cell.strategy)
     if split == 1 or not spec.shards.gradients:

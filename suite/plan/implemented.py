@@ -13,8 +13,8 @@ fp32 master copy in mixed precision.  The code differs, and this model follows t
 - Unsharded parameters: a strategy that shards parameters gathers the root unit (embeddings, final norm,
   head) for all of forward and backward and `Holds.unsharded_blocks` blocks around it, in the compute dtype
   (a trace of llama3-8b zero3 on 8 ranks peaks at exactly root + 1 block: 2.36 GiB).  Counted under
-  parameters.  A pipeline stage is gathered whole instead (`pipeline_unsharded_bytes`), except at the loss's
-  moment on the last stage, after a forward that resharded its blocks.
+  parameters.  A pipeline stage instead peaks at a backward's start (its ends and one block gathered) or at
+  its end (the whole stage gathered), whichever holds more (`gathered_stage`).
 - Activations: what each block keeps for backward, counted from the models' code per policy
   (`layer_bytes_per_token`): the models call fused SDPA, which saves q, k, v, its output and one fp32
   logsumexp per query, never the s x s scores the textbook's 5 a s / h term counts; under autocast the
@@ -261,7 +261,8 @@ def gathered_stage(cell, params: float, extra: float, acts: float, one: float,
     block = block_parameters(cell.model, tp)
     ends = params - stage_shape(cell).layers * block
     tokens = cell.seq_len / context(cell) * cell.micro_batch_size
-    width = cell.model.vocab if last_stage else cell.model.hidden / (tp if getattr(cell, "sequence_parallel", False) else 1)
+    sp = getattr(cell, "sequence_parallel", False)
+    width = cell.model.vocab if last_stage else cell.model.hidden / (tp if sp else 1)
     output = forward_dtypes(cell.strategy, cell.precision)[1] * tokens * width
     start = (pipeline_unsharded_bytes(cell.precision, ends + block), extra, acts)
     end = (pipeline_unsharded_bytes(cell.precision, params), block_backward_bytes(cell),

@@ -14,7 +14,7 @@ fp32 master copy in mixed precision.  The code differs, and this model follows t
   head) for all of forward and backward and `Holds.unsharded_blocks` blocks around it, in the compute dtype
   (a trace of llama3-8b zero3 on 8 ranks peaks at exactly root + 1 block: 2.36 GiB).  Counted under
   parameters.  A pipeline stage instead peaks at a backward's start (its ends and one block gathered) or at
-  its end (the whole stage gathered), whichever holds more (`gathered_stage`).
+  its end (the whole stage gathered), whichever holds more (`pipeline_peak`).
 - Activations: what each block keeps for backward, counted from the models' code per policy
   (`layer_bytes_per_token`): the models call fused SDPA, which saves q, k, v, its output and one fp32
   logsumexp per query, never the s x s scores the textbook's 5 a s / h term counts; under autocast the
@@ -73,20 +73,21 @@ def pipeline_unsharded_bytes(precision: str, params: float) -> float:
 
 
 def block_backward_bytes(cell) -> float:
-    """What one block's backward holds beyond the saved activations, on a gathered pipeline stage (where the peak
-    falls inside a block's backward, not at the loss): the block's activations as without checkpointing, less
-    what its policy kept (the recomputation rebuilds them), and its parameters' gradients in the compute dtype
-    before FSDP2 adds them to the fp32 sums.  Traced, PyTorch 2.14, the 405B-shaped 1f1b cell: a middle rank
+    """What one block's backward holds beyond the saved activations, on a pipeline stage (where the peak falls
+    inside a block's backward, not at the loss): the block's activations as without checkpointing, less what
+    its policy kept (the recomputation rebuilds them), and its parameters' new gradients before they are added
+    to the sums (FSDP2: in the compute dtype, then to its fp32 sums; autocast: fp32).  Traced, PyTorch 2.14, the 405B-shaped 1f1b cell: a middle rank
     peaks inside a block's backward 2.6 GiB above the gathered stage, its sums and its in-flight activations;
     this says 1.5 GiB (0.79 of recomputed activations, 0.74 of gradients); the rest is not broken down."""
-    r, c, _ = forward_dtypes(cell.strategy, cell.precision)
+    r, c, autocast = forward_dtypes(cell.strategy, cell.precision)
     tp, sp = getattr(cell, "tensor_parallel", 1), getattr(cell, "sequence_parallel", False)
     tokens = cell.seq_len / context(cell) * cell.micro_batch_size
     every = checkpoint_every(cell.activation_checkpointing)
     kept = "full" if every else cell.activation_checkpointing  # every-k: a checkpointed block kept its input
     rebuilt = tokens * (layer_bytes_per_token(cell.model, "none", r, c, tp, sp)
                         - layer_bytes_per_token(cell.model, kept, r, c, tp, sp))
-    return rebuilt + c * block_parameters(cell.model, tp)
+    grads = 4 if autocast else c  # the dtype of the parameters backward writes: fp32 under autocast
+    return rebuilt + grads * block_parameters(cell.model, tp)
 
 
 def forward_dtypes(strategy: str | None, precision: str) -> tuple[int, int, bool]:
@@ -241,12 +242,14 @@ def whole_embedding_in_backward(cell) -> float:
     return fresh + summed
 
 
-def gathered_stage(cell, params: float, extra: float, acts: float, one: float,
-                   last_stage: bool) -> tuple[float, float, float]:
-    """(parameters gathered, temporaries beyond the gradient sums, activations) at the peak of a pipeline stage
-    under a parameter-sharding strategy: the larger of two moments.  PyTorch's PipelineStage sets an FSDP
-    stage's `reshard_after_backward` to False in every micro-batch's backward and reshards it only at the
-    step's final gradient reduction, while each forward still reshards every block after it:
+def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, last_stage: bool,
+                  working: float) -> tuple[float, float, float]:
+    """(parameters gathered, temporaries beyond the gradient sums, activations) at the peak of a pipeline stage:
+    the larger of two moments.  Without the loss (every stage but the last) a stage's peak falls inside a block's
+    backward, which the model does not count without a pipeline (there the loss's moment is larger).  Under a
+    parameter-sharding strategy (`working` > 0) PyTorch's PipelineStage also sets `reshard_after_backward` to
+    False in every micro-batch's backward and reshards only at the step's final gradient reduction, while each
+    forward still reshards every block after it:
 
       the start of a backward (on the last stage, the loss's moment) follows a forward: the stage's ends (the
         embedding or the head) and one block gathered, `extra` (the loss's temporaries), and the activations
@@ -256,17 +259,19 @@ def gathered_stage(cell, params: float, extra: float, acts: float, one: float,
         output, which the stage holds until that micro-batch's backward returns (on the last stage the logits,
         in the compute dtype; elsewhere the hidden states it sent on).
 
-    Without a pipeline the model instead gathers the whole model's ends and one block (`unsharded_bytes`)."""
-    tp = getattr(cell, "tensor_parallel", 1)
-    block = block_parameters(cell.model, tp)
-    ends = params - stage_shape(cell).layers * block
+    Without a pipeline the model gathers the whole model's ends and one block (`unsharded_bytes`)."""
+    tp, sp = getattr(cell, "tensor_parallel", 1), getattr(cell, "sequence_parallel", False)
+    start_gathered = end_gathered = working
+    if working:
+        block = block_parameters(cell.model, tp)
+        ends = params - stage_shape(cell).layers * block
+        start_gathered = pipeline_unsharded_bytes(cell.precision, ends + block)
+        end_gathered = pipeline_unsharded_bytes(cell.precision, params)
     tokens = cell.seq_len / context(cell) * cell.micro_batch_size
-    sp = getattr(cell, "sequence_parallel", False)
     width = cell.model.vocab if last_stage else cell.model.hidden / (tp if sp else 1)
     output = forward_dtypes(cell.strategy, cell.precision)[1] * tokens * width
-    start = (pipeline_unsharded_bytes(cell.precision, ends + block), extra, acts)
-    end = (pipeline_unsharded_bytes(cell.precision, params), block_backward_bytes(cell),
-           max(0.0, acts - one) + output)
+    start = (start_gathered, extra, acts)
+    end = (end_gathered, block_backward_bytes(cell), max(0.0, acts - one) + output)
     return max(start, end, key=sum)
 
 
@@ -286,8 +291,8 @@ def predict_memory(cell, rank: int | None = None) -> MemoryBreakdown:
                            cell.activation_checkpointing, cell.precision, tp, cell.strategy, vocab_split(cell),
                            ends=last, sequence_parallel=getattr(cell, "sequence_parallel", False))
     acts = one * in_flight(cell, rank)
-    if p > 1 and working:
-        working, extra, acts = gathered_stage(cell, params, extra, acts, one, last)
+    if p > 1:
+        working, extra, acts = pipeline_peak(cell, params, extra, acts, one, last, working)
     static["parameters"] += working
     out = offloaded(static, cell.strategy, working, acts)
     temps = extra + unsharded_accumulation(cell, params)

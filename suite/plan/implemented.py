@@ -255,9 +255,10 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, la
         embedding or the head) and one block gathered, `extra` (the loss's temporaries), and the activations
         of every micro-batch in flight, `acts`;
       the end of a backward: every block gathered (`pipeline_unsharded_bytes`), one block's own backward
-        (`block_backward_bytes`), and the activations of one micro-batch (`one`) fewer, but for the stage's
-        output, which the stage holds until that micro-batch's backward returns (on the last stage the logits,
-        in the compute dtype; elsewhere the hidden states it sent on).
+        (`block_backward_bytes`), autocast's cache of 16-bit weights (the loop runs the whole schedule inside
+        autocast, so the cache lives until the step ends), and the activations of one micro-batch (`one`)
+        fewer, but for the stage's output, which the stage holds until that micro-batch's backward returns (on
+        the last stage the logits, in the compute dtype; elsewhere the hidden states it sent on).
 
     Without a pipeline the model gathers the whole model's ends and one block (`unsharded_bytes`)."""
     tp, sp = getattr(cell, "tensor_parallel", 1), getattr(cell, "sequence_parallel", False)
@@ -270,8 +271,11 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, la
     tokens = cell.seq_len / context(cell) * cell.micro_batch_size
     width = cell.model.vocab if last_stage else cell.model.hidden / (tp if sp else 1)
     output = forward_dtypes(cell.strategy, cell.precision)[1] * tokens * width
+    # the loop runs the whole schedule inside autocast, so autocast's cache keeps a 16-bit copy of every weight
+    # of the stage it cast (with checkpointing; without, each micro-batch's saved tensors hold them) to the end
+    cache = autocast_copies(stage_shape(cell), cell.activation_checkpointing, cell.strategy, cell.precision, tp)
     start = (start_gathered, extra, acts)
-    end = (end_gathered, block_backward_bytes(cell), max(0.0, acts - one) + output)
+    end = (end_gathered, block_backward_bytes(cell) + cache, max(0.0, acts - one) + output)
     return max(start, end, key=sum)
 
 

@@ -13,7 +13,7 @@ fp32 master copy in mixed precision.  The code differs, and this model follows t
 - Unsharded parameters: a strategy that shards parameters gathers the root unit (embeddings, final norm,
   head) for all of forward and backward and `Holds.unsharded_blocks` blocks around it, in the compute dtype
   (a trace of llama3-8b zero3 on 8 ranks peaks at exactly root + 1 block: 2.36 GiB).  Counted under
-  parameters.  A pipeline stage instead peaks at a backward's start (its ends and one block gathered) or at
+  parameters.  A pipeline stage instead peaks at a backward's start (its ends and two blocks gathered) or at
   its end (the whole stage gathered), whichever holds more (`pipeline_peak`).
 - Activations: what each block keeps for backward, counted from the models' code per policy
   (`layer_bytes_per_token`): the models call fused SDPA, which saves q, k, v, its output and one fp32
@@ -252,8 +252,9 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, la
     forward still reshards every block after it:
 
       the start of a backward (on the last stage, the loss's moment) follows a forward: the stage's ends (the
-        embedding or the head) and one block gathered, `extra` (the loss's temporaries), and the activations
-        of every micro-batch in flight, `acts`;
+        embedding or the head) and two blocks gathered (the one backward starts in and the one FSDP2
+        prefetches), `extra` (the loss's temporaries), and the activations of every micro-batch in flight,
+        `acts`;
       the end of a backward: every block gathered (`pipeline_unsharded_bytes`), one block's own backward
         (`block_backward_bytes`), autocast's cache of 16-bit weights (the loop runs the whole schedule inside
         autocast, so the cache lives until the step ends), and the activations of one micro-batch (`one`)
@@ -266,7 +267,8 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, la
     if working:
         block = block_parameters(cell.model, tp)
         ends = params - stage_shape(cell).layers * block
-        start_gathered = pipeline_unsharded_bytes(cell.precision, ends + block)
+        first_two = min(2, stage_shape(cell).layers) * block
+        start_gathered = pipeline_unsharded_bytes(cell.precision, ends + first_two)
         end_gathered = pipeline_unsharded_bytes(cell.precision, params)
     tokens = cell.seq_len / context(cell) * cell.micro_batch_size
     width = cell.model.vocab if last_stage else cell.model.hidden / (tp if sp else 1)

@@ -76,9 +76,10 @@ def block_backward_bytes(cell) -> float:
     """What one block's backward holds beyond the saved activations, on a pipeline stage (where the peak falls
     inside a block's backward, not at the loss): the block's activations as without checkpointing, less what
     its policy kept (the recomputation rebuilds them), and its parameters' new gradients before they are added
-    to the sums (FSDP2: in the compute dtype, then to its fp32 sums; autocast: fp32).  Traced, PyTorch 2.14, the 405B-shaped 1f1b cell: a middle rank
-    peaks inside a block's backward 2.6 GiB above the gathered stage, its sums and its in-flight activations;
-    this says 1.5 GiB (0.79 of recomputed activations, 0.74 of gradients); the rest is not broken down."""
+    to the sums (FSDP2: in the compute dtype, then to its fp32 sums; autocast: fp32).  Traced, PyTorch 2.14,
+    the 405B-shaped 1f1b cell: a middle rank peaks inside a block's backward 2.6 GiB above the gathered stage,
+    its sums and its in-flight activations; this says 1.5 GiB (0.79 of recomputed activations, 0.74 of
+    gradients); the rest is not broken down."""
     r, c, autocast = forward_dtypes(cell.strategy, cell.precision)
     tp, sp = getattr(cell, "tensor_parallel", 1), getattr(cell, "sequence_parallel", False)
     tokens = cell.seq_len / context(cell) * cell.micro_batch_size

@@ -50,6 +50,11 @@ def static_bytes(num_parameters: int, strategy: str, precision: str, world: int)
     return out
 
 
+def gathered_bytes(precision: str, params: float) -> float:
+    """Bytes of `params` gathered (unsharded) for compute, in the compute dtype: 16 bits in mixed precision."""
+    return (2 if precision != "fp32" else 4) * params
+
+
 def unsharded_bytes(shape, strategy: str, precision: str, tp: int = 1) -> float:
     """The parameters a parameter-sharding strategy holds unsharded while computing (see the docstring); a
     block's split projections are 1/tp of it under tensor parallelism."""
@@ -58,18 +63,7 @@ def unsharded_bytes(shape, strategy: str, precision: str, tp: int = 1) -> float:
         return 0.0
     block = block_parameters(shape, tp)
     root = shape.num_parameters() - shape.layers * shape.block_parameters()
-    return (2 if precision != "fp32" else 4) * (root + blocks * block)
-
-
-def pipeline_unsharded_bytes(precision: str, params: float) -> float:
-    """What a parameter-sharding strategy holds unsharded on a pipeline stage: all of the stage's `params`, in
-    the compute dtype.  PyTorch's PipelineStage sets an FSDP stage's `reshard_after_backward` to False in every
-    micro-batch's backward and reshards only at the step's final gradient reduction, so from the first
-    micro-batch's backward on every block of the stage stays gathered (not the root unit of the whole model plus
-    one block, as without a pipeline: a middle stage has no embedding or head, and the ends are split on the
-    vocabulary under sequence or loss parallelism).  Traced, PyTorch 2.14, the 405B-shaped 1f1b cell: a middle
-    rank holds 14.1 GiB of parameters at its peak, 2.97 sharded and 15 of its 16 blocks gathered in bf16."""
-    return (2 if precision != "fp32" else 4) * params
+    return gathered_bytes(precision, root + blocks * block)
 
 
 def block_backward_bytes(cell) -> float:
@@ -256,7 +250,8 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, la
         embedding or the head) and two blocks gathered (the one backward starts in and the one FSDP2
         prefetches), `extra` (the loss's temporaries), and the activations of every micro-batch in flight,
         `acts`;
-      the end of a backward: every block gathered (`pipeline_unsharded_bytes`), one block's own backward
+      the end of a backward: every block gathered (a middle rank of the 405B-shaped 1f1b cell, traced:
+        14.1 GiB of parameters at its peak, 2.97 sharded and 15 of 16 blocks in bf16), one block's own backward
         (`block_backward_bytes`), autocast's cache of 16-bit weights (the loop runs the whole schedule inside
         autocast, so the cache lives until the step ends), and the activations of one micro-batch (`one`)
         fewer, but for the stage's output, which the stage holds until that micro-batch's backward returns (on
@@ -264,19 +259,19 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, la
 
     Without a pipeline the model gathers the whole model's ends and one block (`unsharded_bytes`)."""
     tp, sp = getattr(cell, "tensor_parallel", 1), getattr(cell, "sequence_parallel", False)
+    shape = stage_shape(cell)
     start_gathered = end_gathered = working
     if working:
         block = block_parameters(cell.model, tp)
-        ends = params - stage_shape(cell).layers * block
-        first_two = min(2, stage_shape(cell).layers) * block
-        start_gathered = pipeline_unsharded_bytes(cell.precision, ends + first_two)
-        end_gathered = pipeline_unsharded_bytes(cell.precision, params)
+        ends = params - shape.layers * block
+        start_gathered = gathered_bytes(cell.precision, ends + min(2, shape.layers) * block)
+        end_gathered = gathered_bytes(cell.precision, params)
     tokens = cell.seq_len / context(cell) * cell.micro_batch_size
     width = cell.model.vocab if last_stage else cell.model.hidden / (tp if sp else 1)
     output = forward_dtypes(cell.strategy, cell.precision)[1] * tokens * width
     # the loop runs the whole schedule inside autocast, so autocast's cache keeps a 16-bit copy of every weight
     # of the stage it cast (with checkpointing; without, each micro-batch's saved tensors hold them) to the end
-    cache = autocast_copies(stage_shape(cell), cell.activation_checkpointing, cell.strategy, cell.precision, tp)
+    cache = autocast_copies(shape, cell.activation_checkpointing, cell.strategy, cell.precision, tp)
     start = (start_gathered, extra, acts)
     end = (end_gathered, block_backward_bytes(cell) + cache, max(0.0, acts - one) + output)
     return max(start, end, key=sum)

@@ -115,8 +115,8 @@ def pipeline_measured(records: list[RankRecord], prediction: dict[str, Any], sta
     pace, and the others also idle for the difference, which the formula does not count."""
     if stages == 1:
         return None
-    w = [r.warmup_steps for r in records]
-    steady = [(r, r.pipeline_busy_s[k:], r.pipeline_s[k:], r.pipeline_wait_s[k:]) for r, k in zip(records, w)]
+    steady = [(r, r.pipeline_busy_s[r.warmup_steps:], r.pipeline_s[r.warmup_steps:],
+               r.pipeline_wait_s[r.warmup_steps:]) for r in records]
     steady = sorted([t for t in steady if t[1] and len(t[1]) == len(t[2])], key=lambda t: t[0].rank)
     idle: list[float] = []
     overhead: list[float] = []

@@ -24,6 +24,7 @@ import pytest
 from suite.plan import predict
 from suite.plan.trace import trace_cell
 from suite.testing.builders import make_cell
+from suite.testing.peaks import peak_matches_trace
 from suite.testing.spawn import one_rank_references, run_named_groups
 
 LLAMA = {"family": "llama", "layers": 4, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 172, "vocab": 256}
@@ -85,6 +86,6 @@ def test_bytes_and_peaks_are_the_planners(name, groups):
         assert b.gradients == pytest.approx(planned.gradients, rel=0.01), (r.rank, b, planned)
         assert b.optimizer_states == pytest.approx(planned.optimizer_states, rel=0.01), (r.rank, b, planned)
         assert r.peaks is not None, r.extra
-        assert r.peaks.total == pytest.approx(trace.peak, rel=0.05), (r.rank, r.peaks, trace.peak)
+        assert peak_matches_trace(r.peaks.total, trace.peak, cell), (r.rank, r.peaks, trace.peak)
     if cell.strategy == "ddp":  # its peak is where the activations are (zero3's: the end of backward)
         assert trace.at_peak["activations"] == pytest.approx(planned.activations, rel=0.10), (trace.at_peak, planned)

@@ -21,6 +21,7 @@ import pytest
 from suite.plan.pipeline import stage_parameters
 from suite.plan.trace import trace_cell
 from suite.testing.builders import make_cell
+from suite.testing.peaks import peak_matches_trace
 from suite.testing.spawn import one_rank_references, run_group, run_named_groups
 
 DEEP = {"family": "llama", "layers": 4, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 172, "vocab": 256}
@@ -101,8 +102,9 @@ def test_bytes_per_stage_are_the_planners(world, name, groups):
 @pytest.mark.parametrize("name", ["1f1b", "zero3-1f1b"])
 def test_each_stage_peak_is_the_traced_one_and_the_planners(name, groups):
     """The planner traces every pipeline rank on fake tensors (plan/trace.py); the ranks measured the same
-    code's peak with the same tracker on real tensors (zero3's real peaks move by a few percent from run to
-    run); and the as-implemented model of each stage (implemented.pipeline_peak) is within 5% of the trace."""
+    code's peak with the same tracker on real tensors (a zero3 rank's now and then one late all-gather buffer
+    above it: suite/testing/peaks.py); and the as-implemented model of each stage (implemented.pipeline_peak)
+    is within 5% of the trace."""
     from suite.plan.implemented import predict_memory
 
     cell, records = groups[name]
@@ -113,7 +115,7 @@ def test_each_stage_peak_is_the_traced_one_and_the_planners(name, groups):
     for r in records:
         traced = trace.stages[r.rank // per_stage]
         assert r.peaks is not None, r.extra
-        assert r.peaks.total == pytest.approx(traced.peak, rel=0.05), (r.rank, r.peaks, traced)
+        assert peak_matches_trace(r.peaks.total, traced.peak, cell), (r.rank, r.peaks, traced)
         planned = predict_memory(cell, r.rank // per_stage).total  # beside the trace: both deterministic
         assert planned == pytest.approx(traced.peak, rel=0.05), (r.rank, planned, traced.peak)
 

@@ -93,8 +93,11 @@ def test_worker_ignoring_sigterm_is_killed_and_reaped(tmp_path, monkeypatch):
 
     def on_poll():
         for p in psutil.Process().children(recursive=True):
-            if p.pid not in seen and p.pid not in before:
-                seen[p.pid], cmdlines[p.pid] = p, " ".join(_cmdline(p))
+            if p.pid not in before:
+                # read again on every poll: a process seen between its fork and its exec still shows its parent's
+                # command line
+                seen.setdefault(p.pid, p)
+                cmdlines[p.pid] = " ".join(_cmdline(p)) or cmdlines.get(p.pid, "")
         if (work / "events.jsonl").exists():
             started.setdefault("t", time.monotonic())
             if time.monotonic() - started["t"] > 1.0 and not stop.is_set():  # the ranks now ignore SIGTERM

@@ -17,6 +17,7 @@ Conventions (stated once, used by every result):
 
 from __future__ import annotations
 
+import statistics
 from typing import Any, Sequence
 
 from suite.plan.flops import PEAK_SOURCE, peak_flops
@@ -108,11 +109,17 @@ def pipeline_measured(records: list[RankRecord], prediction: dict[str, Any], sta
     (the previous step's gradient-norm all-reduce over the pipeline holds them; 2 ms apart on CPU), and the first
     stage leaves last, after the final backward.  A rank waits in its schedule's waits for messages and, after
     its schedule ends, until that longest one ends (the last stage waits there for the first stage's final
-    backward).  Its idle share is that, over the steps after warm-up; what is neither computing nor waiting is
-    the schedule's own work, its overhead share.  Where a rank's waits were not timed (older records, a torch
-    without the hook), idle is everything but computing (1 - busy / the pipeline's time), the overhead included,
-    and no overhead is given.  The bubble is the busiest rank's share: with unequal stages the slowest one sets the
-    pace, and the others also idle for the difference, which the formula does not count."""
+    backward); what is neither computing nor waiting is the schedule's own work, its overhead share.  Where a
+    rank's waits were not timed (older records, a torch without the hook), idle is everything but computing
+    (1 - busy / the pipeline's time), the overhead included, and no overhead is given.
+
+    A step's bubble is its busiest rank's idle share: with unequal stages the slowest one sets the pace, and the
+    others also idle for the difference, which the formula does not count; and a late message or a slower
+    micro-batch only adds waiting, so the busiest rank of a step is the one whose idle is nearest the schedule's
+    own.  The cell's bubble is the median of its steps' bubbles after warm-up, as its step time is the median
+    step (schema 12; schema 11 took the busiest rank over the steps' sums, and a step's rank that happened to
+    wait long weighed on all of them).  `rank_idle` and `rank_overhead` are each rank's shares over the steps'
+    sums."""
     if stages == 1:
         return None
     steady = [(r, r.pipeline_busy_s[r.warmup_steps:], r.pipeline_s[r.warmup_steps:],
@@ -120,19 +127,26 @@ def pipeline_measured(records: list[RankRecord], prediction: dict[str, Any], sta
     steady = sorted([t for t in steady if t[1] and len(t[1]) == len(t[2])], key=lambda t: t[0].rank)
     idle: list[float] = []
     overhead: list[float] = []
+    bubble = None
     if steady and len({len(wall) for _, _, wall, _ in steady}) == 1:
-        span = sum(max(step) for step in zip(*(wall for _, _, wall, _ in steady)))
+        spans = [max(step) for step in zip(*(wall for _, _, wall, _ in steady))]
+        span = sum(spans)
         timed = all(len(waits) == len(wall) for _, _, wall, waits in steady)
-        if span > 0 and timed:
-            idle = [(sum(waits) + span - sum(wall)) / span for _, _, wall, waits in steady]
-            overhead = [max(0.0, sum(wall) - sum(busy) - sum(waits)) / span for _, busy, wall, waits in steady]
-        elif span > 0:
-            idle = [1.0 - sum(busy) / span for _, busy, _, _ in steady]
+        if timed:  # each rank's idle seconds per step: its waits, and the time after its schedule ended
+            idle_s = [[w + sp - wl for w, sp, wl in zip(waits, spans, wall)] for _, _, wall, waits in steady]
+            overhead = [max(0.0, sum(wall) - sum(busy) - sum(waits)) / span if span > 0 else 0.0
+                        for _, busy, wall, waits in steady]
+        else:
+            idle_s = [[sp - b for b, sp in zip(busy, spans)] for _, busy, _, _ in steady]
+        if span > 0:
+            idle = [sum(seconds) / span for seconds in idle_s]
+        if spans and all(sp > 0 for sp in spans):
+            bubble = statistics.median(min(step) / sp for step, sp in zip(zip(*idle_s), spans))
     by_rank, per_stage = {r.rank: r for r in records}, max(1, records[0].world_size // stages)
     firsts = [by_rank.get(i * per_stage) for i in range(stages)]
     tb = [r.tensor_bytes if r is not None else None for r in firsts]
     states = [b.parameters + b.gradients + b.optimizer_states + b.master_weights for b in tb if b is not None]
-    return PipelineMeasured(bubble=min(idle) if idle else None, rank_idle=idle, rank_overhead=overhead,
+    return PipelineMeasured(bubble=bubble, rank_idle=idle, rank_overhead=overhead,
                             bubble_predicted=(prediction.get("pipeline") or {}).get("bubble_fraction"),
                             stage_states=states if len(states) == stages else [])
 

@@ -5,16 +5,17 @@ one rank per stage, one thread each), m = 4p and 8p micro-batches per step of 51
 interleaved-1f1b.  The model is deep and wide enough, and the sequence long enough, that the blocks' work
 dominates (the first stage's embedding and the last stage's head and loss are small beside them, and so are the
 point-to-point messages: one 1 MiB activation or gradient per micro-batch and stage boundary).  The bubble is
-what the runner stores (suite.runner.aggregate.pipeline_measured): the busiest rank's share of the pipeline's
-time (the longest schedule time over the ranks) spent waiting for another stage, over the steps after warm-up;
-each rank's share is in `per_rank`, and each rank's share spent in the schedule's own work (neither computing nor
+what the runner stores (suite.runner.aggregate.pipeline_measured): each step's busiest rank's share of the
+pipeline's time (the longest schedule time over the ranks) spent waiting for another stage, the median over the
+steps after warm-up (schema 12); each rank's share over the steps' sums is in `per_rank`, and each rank's share spent in the schedule's own work (neither computing nor
 waiting) in `per_rank_overhead`.  The formula is plan/pipeline.bubble_fraction.  The record says on which
 machine, with which commit and how busy the machine was.
 
 Issue 36's measure: within 20% of the formula (relative) for m >= 4p.  What the measure also holds: waits for
 messages that arrive late (a message's own transfer, a sender's jitter) are idle time here, and the formula has
 none; interleaved-1f1b sends twice as many messages as 1f1b.  Records before schema 11 (commit 1e9550d to
-2c34866) counted the schedule's own work as idle too.
+2c34866) counted the schedule's own work as idle too; records before schema 12 took the busiest rank over the
+steps' sums.
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ from suite.stats import percentile
 # 11: RankRecord.pipeline_wait_s (the schedule's waits for messages); PipelineMeasured.bubble counts a rank idle
 # only while it waits for another stage, and PipelineMeasured.rank_overhead holds the schedule's own work, which
 # schema 10 counted as idle.  Older records read with an empty list and are measured as schema 10 measured them.
-# 12: PipelineMeasured.bubble is the median over the steps of each step's busiest rank's idle share (schema 11:
-# the busiest rank's share over the steps' sums).  No field changes; stored results keep the bubble they wrote.
+# 12: PipelineMeasured.rank_idle and rank_overhead are each rank's median step's shares, and the bubble the
+# busiest rank's (schema 11: shares of the steps' sums).  No field changes; stored results keep what they wrote.
 SCHEMA_VERSION = 12
 
 Status = Literal["ok", "failed", "oom", "timeout", "diverged", "infeasible", "gate-failed", "interrupted"]
@@ -273,21 +273,21 @@ class Overhead(_Record):
 class PipelineMeasured(_Record):
     """What a pipeline-parallel cell measured beside its plan (the runner's aggregate, from every rank)."""
 
-    bubble: Ratio | None = Field(description="The median, over the steps after warm-up, of each step's busiest "
-                                 "rank's share of the pipeline's time spent waiting for another stage (its "
-                                 "schedule's waits for messages, and the time after its schedule ends until the "
-                                 "longest schedule over the ranks ends).  Schema 11: the busiest rank's share over "
-                                 "the steps' sums.  Before schema 11, and where waits were not timed, the "
+    bubble: Ratio | None = Field(description="The busiest rank's share of the pipeline's time spent waiting for "
+                                 "another stage (its schedule's waits for messages, and the time after its "
+                                 "schedule ends until the longest schedule over the ranks ends), its median step's "
+                                 "after warm-up; schema 11 took the share of the steps' sums.  Before schema 11, "
+                                 "and where waits were not timed, the "
                                  "share spent not computing, which also holds the schedule's own work; before "
                                  "schema 10, each rank's own schedule time and the mean over ranks.  None when no "
                                  "rank recorded them.")
     rank_idle: list[Ratio] = Field(fail_fast=True, default_factory=list, description="Every rank's idle "
-                                   "share of the pipeline's time over the steps after warm-up, by rank (schema 10; "
+                                   "share of the pipeline's time, by rank, measured as `bubble` is (schema 10; "
                                    "empty in older results).")
     rank_overhead: list[Ratio] = Field(fail_fast=True, default_factory=list, description="Every rank's share of "
                                        "the pipeline's time spent in the schedule's own work (neither computing "
-                                       "nor waiting: cutting micro-batches, posting messages, the loss), by rank "
-                                       "(schema 11; empty where waits were not timed).")
+                                       "nor waiting: cutting micro-batches, posting messages, the loss), by rank, "
+                                       "its median step's (schema 11; empty where waits were not timed).")
     bubble_predicted: Ratio | None = Field(description="The planner's bubble for the schedule (plan/pipeline.py).")
     stage_states: list[Bytes] = Field(fail_fast=True, description="Model states (parameters, gradients, optimizer "
                                       "states, master weights) of the first rank of each pipeline stage, first "

@@ -113,13 +113,11 @@ def pipeline_measured(records: list[RankRecord], prediction: dict[str, Any], sta
     rank's waits were not timed (older records, a torch without the hook), idle is everything but computing
     (1 - busy / the pipeline's time), the overhead included, and no overhead is given.
 
-    A step's bubble is its busiest rank's idle share: with unequal stages the slowest one sets the pace, and the
-    others also idle for the difference, which the formula does not count; and a late message or a slower
-    micro-batch only adds waiting, so the busiest rank of a step is the one whose idle is nearest the schedule's
-    own.  The cell's bubble is the median of its steps' bubbles after warm-up, as its step time is the median
-    step (schema 12; schema 11 took the busiest rank over the steps' sums, and a step's rank that happened to
-    wait long weighed on all of them).  `rank_idle` and `rank_overhead` are each rank's shares over the steps'
-    sums."""
+    Each rank's idle and overhead shares are the medians over its steps after warm-up (each step's seconds over
+    that step's pipeline time), as a cell's step time is its median step: one step in which a rank happened to
+    wait long does not move it (schema 12; schema 11 took the shares of the steps' sums).  The bubble is the
+    busiest rank's idle share: with unequal stages the slowest one sets the pace, and the others also idle for
+    the difference, which the formula does not count."""
     if stages == 1:
         return None
     steady = [(r, r.pipeline_busy_s[r.warmup_steps:], r.pipeline_s[r.warmup_steps:],
@@ -127,26 +125,22 @@ def pipeline_measured(records: list[RankRecord], prediction: dict[str, Any], sta
     steady = sorted([t for t in steady if t[1] and len(t[1]) == len(t[2])], key=lambda t: t[0].rank)
     idle: list[float] = []
     overhead: list[float] = []
-    bubble = None
     if steady and len({len(wall) for _, _, wall, _ in steady}) == 1:
         spans = [max(step) for step in zip(*(wall for _, _, wall, _ in steady))]
-        span = sum(spans)
         timed = all(len(waits) == len(wall) for _, _, wall, waits in steady)
-        if timed:  # each rank's idle seconds per step: its waits, and the time after its schedule ended
-            idle_s = [[w + sp - wl for w, sp, wl in zip(waits, spans, wall)] for _, _, wall, waits in steady]
-            overhead = [max(0.0, sum(wall) - sum(busy) - sum(waits)) / span if span > 0 else 0.0
+        if all(sp > 0 for sp in spans) and timed:  # waits, and the time after the rank's schedule ended
+            idle = [statistics.median((w + sp - wl) / sp for w, sp, wl in zip(waits, spans, wall))
+                    for _, _, wall, waits in steady]
+            overhead = [statistics.median(max(0.0, wl - b - w) / sp
+                                          for b, w, sp, wl in zip(busy, waits, spans, wall))
                         for _, busy, wall, waits in steady]
-        else:
-            idle_s = [[sp - b for b, sp in zip(busy, spans)] for _, busy, _, _ in steady]
-        if span > 0:
-            idle = [sum(seconds) / span for seconds in idle_s]
-        if spans and all(sp > 0 for sp in spans):
-            bubble = statistics.median(min(step) / sp for step, sp in zip(zip(*idle_s), spans))
+        elif all(sp > 0 for sp in spans):
+            idle = [statistics.median(1.0 - b / sp for b, sp in zip(busy, spans)) for _, busy, _, _ in steady]
     by_rank, per_stage = {r.rank: r for r in records}, max(1, records[0].world_size // stages)
     firsts = [by_rank.get(i * per_stage) for i in range(stages)]
     tb = [r.tensor_bytes if r is not None else None for r in firsts]
     states = [b.parameters + b.gradients + b.optimizer_states + b.master_weights for b in tb if b is not None]
-    return PipelineMeasured(bubble=bubble, rank_idle=idle, rank_overhead=overhead,
+    return PipelineMeasured(bubble=min(idle) if idle else None, rank_idle=idle, rank_overhead=overhead,
                             bubble_predicted=(prediction.get("pipeline") or {}).get("bubble_fraction"),
                             stage_states=states if len(states) == stages else [])
 

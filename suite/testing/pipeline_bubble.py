@@ -3,19 +3,27 @@
 Each layout runs as one spawned gloo group (suite.testing.spawn): p = 2 stages without replicas (strategy ddp,
 one rank per stage, one thread each), m = 4p and 8p micro-batches per step of 512 tokens, under gpipe, 1f1b and
 interleaved-1f1b.  The model is deep and wide enough, and the sequence long enough, that the blocks' work
-dominates (the first stage's embedding and the last stage's head and loss are small beside them, and so are the
-point-to-point messages: one 1 MiB activation or gradient per micro-batch and stage boundary).  The bubble is
-what the runner stores (suite.runner.aggregate.pipeline_measured): each step's busiest rank's share of the
-pipeline's time (the longest schedule time over the ranks) spent waiting for another stage, the median over the
-steps after warm-up (schema 12); each rank's share over the steps' sums is in `per_rank`, and each rank's share spent in the schedule's own work (neither computing nor
-waiting) in `per_rank_overhead`.  The formula is plan/pipeline.bubble_fraction.  The record says on which
-machine, with which commit and how busy the machine was.
+dominates the point-to-point messages' (one 1 MiB activation or gradient per micro-batch and stage
+boundary, about 1 ms).  The stages are still not equal: the last stage's forward (the blocks, the final norm,
+the head) took 4-6 ms longer per micro-batch than the first's (122 against 117 ms; backwards 230 and 228 ms) in
+one instrumented gpipe run at m = 16 (2026-12-07).
 
-Issue 36's measure: within 20% of the formula (relative) for m >= 4p.  What the measure also holds: waits for
-messages that arrive late (a message's own transfer, a sender's jitter) are idle time here, and the formula has
-none; interleaved-1f1b sends twice as many messages as 1f1b.  Records before schema 11 (commit 1e9550d to
-2c34866) counted the schedule's own work as idle too; records before schema 12 took the busiest rank over the
-steps' sums.
+The bubble is what the runner stores (suite.runner.aggregate.pipeline_measured): the busiest rank's share of the
+pipeline's time (the longest schedule time over the ranks) spent waiting for another stage, its median step's
+after warm-up (schema 12); each rank's share is in `per_rank`, and each rank's share spent in the schedule's own
+work (neither computing nor waiting) in `per_rank_overhead`.  The formula is plan/pipeline.bubble_fraction.  The
+record says on which machine, with which commit and how busy the machine was.
+
+Issue 36's measure: within 20% of the formula (relative) for m >= 4p.  What the measure also holds, and the
+formula has not: waits for messages that arrive late (a message's own transfer, a sender's jitter), and unequal
+stages.  GPipe runs every forward before any backward, so the first stage waits at the switch for the sum of
+the last stage's extra forward time over all m micro-batches (64-94 ms a step in that run, 1.1-1.6% of it at
+m = 16, which alone is +19-27% against the formula's 5.9%); 1F1B alternates, and only the faster stage idles for
+the difference.  Interleaved-1f1b sends twice as many messages as 1f1b.  Records before schema 11 (commit
+1e9550d to 2c34866) counted the schedule's own work as idle too; records before schema 12 took the shares of
+the steps' sums, and the two records of commit 0f9fbe1 the median over the steps of each step's busiest rank (a
+measure dropped: the least of two noisy shares in every step reads low, -19% against the formula once for
+interleaved-1f1b).
 """
 
 from __future__ import annotations

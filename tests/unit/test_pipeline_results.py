@@ -1,5 +1,5 @@
-"""What a pipeline cell stores and reports: the measured bubble (the median over the measured steps of each
-step's busiest rank's share of the pipeline's time spent waiting for another stage, that time being the longest any rank spent in the
+"""What a pipeline cell stores and reports: the measured bubble (the busiest rank's share of the pipeline's time
+spent waiting for another stage, its median measured step's, that time being the longest any rank spent in the
 schedule; 1 - busy / that time where the waits were not timed) beside the planner's, the schedule's own work
 apart, each stage's model states (the first rank of each stage: the mesh is (pp, dp)), the report's
 columns only where a pipeline ran, and a match gate's reference without stages."""
@@ -78,18 +78,19 @@ def test_with_timed_waits_only_waiting_is_idle_and_the_schedules_own_work_is_ove
     assert untimed.rank_idle == pytest.approx([0.3, 0.3, 0.2, 0.2]) and untimed.rank_overhead == []
 
 
-def test_each_step_counts_its_own_busiest_rank_and_the_cell_takes_the_median_step():
-    """Ranks 0-1 wait 10% of the 4 measured steps' time but 30% of the second's; ranks 2-3 the other way round.
-    Every step's busiest rank idled 10%, so the bubble is 0.1; over the steps' sums each rank idled 15% or 25%."""
+def test_a_ranks_share_is_its_median_step_so_one_long_wait_does_not_move_it():
+    """Ranks 0-1 wait 10% of three of the 4 measured steps and 30% of the second; ranks 2-3 30% of three and 10%
+    of the second.  Shares are the median step's: 0.1 and 0.3, the bubble the busiest rank's 0.1 (over the
+    steps' sums, schema 11: 0.15 and 0.25)."""
     cell = _cell()
     records = _records(cell, [0.5, 0.5, 0.5, 0.5], wait_share=[0.0] * 4)
     shares = {0: [0.1, 0.3, 0.1, 0.1], 1: [0.1, 0.3, 0.1, 0.1], 2: [0.3, 0.1, 0.3, 0.3], 3: [0.3, 0.1, 0.3, 0.3]}
     records = [r.model_copy(update={"pipeline_wait_s": r.pipeline_wait_s[:cell.warmup_steps] + [
         share * wall for share, wall in zip(shares[r.rank], r.pipeline_s[cell.warmup_steps:])]}) for r in records]
     got = pipeline_measured(records, {}, 2)
+    assert got.rank_idle == pytest.approx([0.1, 0.1, 0.3, 0.3])
     assert got.bubble == pytest.approx(0.1)
-    assert got.rank_idle == pytest.approx([0.15, 0.15, 0.25, 0.25])
-    assert min(got.rank_idle) > got.bubble  # schema 11's measure
+    assert got.rank_overhead == pytest.approx([0.4, 0.4, 0.2, 0.2])  # neither busy (0.5) nor waiting
 
 
 def test_no_pipeline_no_measure():

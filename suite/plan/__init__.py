@@ -38,10 +38,10 @@ class PipelinePlan(BaseModel):
 
     stages: int = Field(description="Pipeline ranks p (each holds L / p layers).")
     schedule: str = Field(description="The schedule (suite.axes.PIPELINE_SCHEDULES).")
-    virtual_stages: int = Field(description="Model chunks per rank v (2 for interleaved-1f1b).")
+    virtual_stages: int = Field(description="Model chunks per rank v (2 for interleaved-1f1b and zero-bubble).")
     micro_batches: int = Field(description="Micro-batches per step m (the accumulation).")
     bubble_fraction: float = Field(description="Share of a step the ranks sit idle: (p-1)/(m+p-1), interleaved "
-                                   "(p-1)/(vm+p-1), zero-bubble (p-1)/(3m+p-1).")
+                                   "(p-1)/(vm+p-1), zero-bubble (p-1)/(3vm+p-1).")
     in_flight: list[float] = Field(description="Micro-batches of activations each pipeline rank holds at its peak.")
     stage_textbook: list[float] = Field(description="Textbook bytes per pipeline rank, first to last.")
     stage_as_implemented: list[float] = Field(description="As-implemented bytes per pipeline rank, first to last: "

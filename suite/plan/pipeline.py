@@ -9,14 +9,22 @@ per step (the accumulation), v model chunks per rank (suite.axes.PIPELINE_SCHEDU
   context-parallel peers (FSDP's mesh, as torchtitan's dp_shard x cp).
 - Activations in flight, as micro-batches of one stage's layers, on pipeline rank i:
       gpipe                 m                                   (every forward before any backward)
-      1f1b, zero-bubble     min(m, p - i)                        (rank 0 holds p)
-      interleaved-1f1b      min(m, (p - i) (1 + (p - 1) / (p v)))  (Korthikanti et al.: 1 + (p-1)/(pv) x 1f1b's)
+      1f1b                  min(m, p - i)                        (rank 0 holds p)
+      interleaved-1f1b      min(m, ((v - 1) p + 2 (p - 1 - i) + 1) / v)  (PyTorch's warm-up forwards and one
+                                                                  more, in chunks of 1 / v; rank 0: p + (p - 1) / v,
+                                                                  Korthikanti et al.'s 1 + (p-1)/(pv) x 1f1b's)
+      zero-bubble           min(m, p)                            (every rank: v p chunks of 1 / v, each kept
+                                                                  until its weight-gradient pass)
   so the first rank is the worst for activations, the last holds the loss's vocabulary-wide tensors too; the
   cell's peak is the larger of the two (`stage_ranks`).
 - Bubble, as a fraction of the step:
       gpipe, 1f1b           (p - 1) / (m + p - 1)                (of the ideal time: (p - 1) / m)
       interleaved-1f1b      (p - 1) / (v m + p - 1)              (the bubble / v)
-      zero-bubble           (p - 1) / (3 m + p - 1)              (ZB-H1: about a third of 1f1b's)
+      zero-bubble           (p - 1) / (3 v m + p - 1)            (PyTorch's interleaved ZB1P, v = 2: the backward
+                                                                  split into input- and weight-gradient passes)
+  The interleaved and zero-bubble rows are those of PyTorch's own orders (`_calculate_single_rank_operations`)
+  run through a dependency simulation with forward = input gradient = weight gradient (a full backward = 2
+  forwards) and no message cost: exact for p = 2, 4, 8 and m = p to 8p (docs/parallelism.md).
 - Point-to-point per step: each rank sends one (b, s / c, h) activation forward and one gradient backward per
   micro-batch and chunk boundary: 2 v m s b h / c elements (/ t with sequence parallelism).
 
@@ -69,8 +77,10 @@ def in_flight(cell, rank: int) -> float:
         return 1.0
     if schedule == "gpipe":
         return float(m)
-    if schedule == "interleaved-1f1b":
-        return min(float(m), (p - rank) * (1 + (p - 1) / (p * v)))
+    if schedule == "interleaved-1f1b":  # (m a multiple of p: validated)
+        return min(float(m), ((v - 1) * p + 2 * (p - 1 - rank) + 1) / v)
+    if schedule == "zero-bubble":
+        return float(min(m, p))
     return float(min(m, p - rank))
 
 
@@ -80,7 +90,7 @@ def bubble_fraction(cell) -> float:
     m = cell.grad_accum
     if p == 1:
         return 0.0
-    work = {"interleaved-1f1b": v * m, "zero-bubble": 3 * m}.get(schedule, m)
+    work = {"interleaved-1f1b": v * m, "zero-bubble": 3 * v * m}.get(schedule, m)
     return (p - 1) / (work + p - 1)
 
 

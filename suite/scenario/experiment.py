@@ -180,7 +180,8 @@ class Scenario(_Strict):
     pipeline_schedule: Schedule | list[Schedule] = _axis(
         " | ".join(PIPELINE_SCHEDULES) + " (with pipeline_parallel > 1; ignored without): gpipe keeps every "
         "micro-batch's activations, 1f1b at most p on the first stage, interleaved-1f1b holds 2 model chunks per "
-        "rank (the bubble halved), zero-bubble fills the bubble with weight-gradient passes.", "1f1b")
+        "rank (the bubble halved), zero-bubble (PyTorch's interleaved ZB1P, 2 chunks per rank) fills the bubble "
+        "with weight-gradient passes.", "1f1b")
     context_parallel: Gpus | list[Gpus] = _axis(
         "Context-parallel degree c: each sequence split over c ranks (ring attention: K and V circulate), for "
         "long sequences; seq_len must divide by 2c (load-balanced causal chunks).  Planned; not run yet.", 1)

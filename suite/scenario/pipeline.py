@@ -5,8 +5,8 @@ problem names the field's line and the numbers.
 - Pipeline stages are consecutive blocks of a llama or gpt model (the embedding on the first stage, the final
   norm and head on the last): p x v stages (v model chunks per rank: suite.axes.PIPELINE_SCHEDULES) must divide
   the layers.  The micro-batches of a step (the accumulation) flow through them: 1f1b, interleaved-1f1b and
-  zero-bubble need at least p of them (fewer leave a stage with nothing to overlap), and interleaved-1f1b a
-  multiple of p (PyTorch's interleaved schedules require it).
+  zero-bubble need at least p of them (fewer leave a stage with nothing to overlap), and the two interleaved
+  ones (interleaved-1f1b, zero-bubble) a multiple of p (PyTorch's interleaved schedules require it).
 - Context parallelism splits each sequence over c ranks in 2c chunks (each rank takes one from the head and one
   from the tail, so the causal mask's work is balanced): 2c must divide seq_len.
 """
@@ -22,9 +22,9 @@ from suite.strategies import registry
 
 def planned_only(cell) -> str | None:
     """Why suite plans `cell` but cannot run it yet ("context_parallel 2: ..."), or None when it can: the runner
-    skips such cells (infeasible), the worker refuses them.  Runnable pipelines: llama stages under gpipe, 1f1b
-    or interleaved-1f1b, with a strategy that takes a data-parallel sub-mesh, and tensor parallelism (with
-    sequence parallelism, without loss parallelism)."""
+    skips such cells (infeasible), the worker refuses them.  Runnable pipelines: llama stages under every
+    schedule (gpipe, 1f1b, interleaved-1f1b, zero-bubble), with a strategy that takes a data-parallel sub-mesh,
+    and tensor parallelism (with sequence parallelism, without loss parallelism)."""
     pp, cp = getattr(cell, "pipeline_parallel", 1), getattr(cell, "context_parallel", 1)
     if cp > 1:
         why = _context_parallel_not_run(cell, cp, pp)
@@ -35,9 +35,6 @@ def planned_only(cell) -> str | None:
     schedule, family = cell.pipeline_schedule, getattr(cell.model, "family", None)
     if family != "llama":
         return f"pipeline_parallel {pp} on {family}: suite cuts only llama models into stages"
-    if schedule == "zero-bubble":
-        return (f"pipeline_parallel {pp} with zero-bubble: PyTorch's zero-bubble schedules hold several stages per "
-                "rank, the planner's ZB-H1 one; suite runs gpipe, 1f1b and interleaved-1f1b")
     if cell.precision == "fp16-mixed":
         return (f"pipeline_parallel {pp} in fp16-mixed: the schedule runs backward itself, so the GradScaler cannot "
                 "scale the loss first; use bf16-mixed")

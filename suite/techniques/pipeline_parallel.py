@@ -20,9 +20,9 @@ of micro-batches (`scale_grads`), as the plain loop divides each micro-batch's l
     gpipe             ScheduleGPipe             all forwards, then all backwards
     1f1b              Schedule1F1B              warm-up forwards, then one forward / one backward
     interleaved-1f1b  ScheduleInterleaved1F1B   1f1b over v = 2 chunks per rank: the bubble / v
-
-"zero-bubble" is planned only: PyTorch's zero-bubble schedules (ScheduleInterleavedZeroBubble, ScheduleZBVZero
-Bubble) hold several stages per rank, while the planner models ZB-H1 on one.
+    zero-bubble       ScheduleInterleavedZeroBubble  ZB1P over v = 2 chunks per rank: each backward split into
+                                                its input-gradient pass (which the previous stage waits for)
+                                                and its weight-gradient pass (which fills the bubble)
 
 The bubble, measured: each stage's `forward_one_chunk` and `backward_one_chunk` (and `backward_weight_one_chunk`)
 are timed (the device synchronized at both ends, so on a GPU the timing itself costs a little) into `busy_s`, and
@@ -51,7 +51,8 @@ import torch
 from torch import nn
 
 # the PyTorch schedule class that runs each runnable suite.axes.PIPELINE_SCHEDULES name
-TORCH_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved-1f1b": "ScheduleInterleaved1F1B"}
+TORCH_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved-1f1b": "ScheduleInterleaved1F1B",
+                   "zero-bubble": "ScheduleInterleavedZeroBubble"}
 # what a stage may hold besides blocks: the first stage the embedding, the last the final norm and the head
 PARTS = ("embed", "norm", "head")
 

@@ -18,6 +18,8 @@ Test files and scripts/ reach them as `from suite.testing.X import Y`; nothing h
     gpu_check      the GPU check of a lent machine and its rehearsal here (scripts/gpu-check, docs/gpu-check.md)
     gpu_programs   the programs its steps run inside the interpreter they check (stand-in, scenarios, harness)
     peaks          a real rank's MemTracker peak against its trace, less one all-gather buffer gloo let go of late
+    pipeline_order PyTorch's pipeline orders run through a dependency simulation (the planner's bubble and
+                   in-flight formulas checked against them)
 
 Importing this package imports nothing: gpu_check must run under a bare python3 before suite's requirements are
 installed.

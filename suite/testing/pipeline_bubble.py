@@ -1,9 +1,9 @@
 """The pipeline bubble measured on CPU ranks beside the planner's formula (scripts/pipeline-bubble).
 
 Each layout runs as one spawned gloo group (suite.testing.spawn): p = 2 stages without replicas (strategy ddp,
-one rank per stage, one thread each), m = 4p and 8p micro-batches per step of 512 tokens, under gpipe, 1f1b and
-interleaved-1f1b.  The model is deep and wide enough, and the sequence long enough, that the blocks' work
-dominates the point-to-point messages' (one 1 MiB activation or gradient per micro-batch and stage
+one rank per stage, one thread each), m = 4p and 8p micro-batches per step of 512 tokens, under gpipe, 1f1b,
+interleaved-1f1b and zero-bubble.  The model is deep and wide enough, and the sequence long enough, that the
+blocks' work dominates the point-to-point messages' (one 1 MiB activation or gradient per micro-batch and stage
 boundary, about 1 ms).  The stages are still not equal: the last stage's forward (the blocks, the final norm,
 the head) took 4-6 ms longer per micro-batch than the first's (122 against 117 ms; backwards 230 and 228 ms) in
 one instrumented gpipe run at m = 16 (2026-12-07).
@@ -43,7 +43,7 @@ from suite.testing.builders import make_cell
 from suite.testing.spawn import run_group
 
 MODEL = {"family": "llama", "layers": 8, "hidden": 512, "heads": 8, "kv_heads": 4, "ffn": 1376, "vocab": 64}
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zero-bubble")
 
 
 def layouts(pp: int = 2, multiples: tuple[int, ...] = (4, 8), seq_len: int = 512, steps: int = 6) -> list:

@@ -152,14 +152,14 @@ def _train(cell: Cell, out_dir: Path, out: _Outcome, hooks: RunHooks | None = No
     out.cuda = measure.cuda_memory(rank.device)
 
     # where torch's ModTracker fails in a later stage's backward on real tensors ("A leaf node was passed to
-    # _will_engine_execute_node but we are currently running autograd.grad()"): seen with interleaved stages and
-    # with tensor parallelism inside the stages (the planner's trace follows both on fake tensors)
-    untracked = par.pipeline is not None and (
-        len(par.extra.get("pipeline_stages", [])) > 1 or cell.tensor_parallel > 1)
+    # _will_engine_execute_node but we are currently running autograd.grad()"): with tensor parallelism inside
+    # the stages (the planner's trace follows it on fake tensors).  Interleaved stages and zero-bubble's split
+    # backward are measured since measure.py's schedule tracker stopped hooking the stages' leaf inputs.
+    untracked = par.pipeline is not None and cell.tensor_parallel > 1
     if cell.measure_peaks and untracked:
         out.extra["peaks_not_measured"] = (
-            "pipeline with interleaved stages or tensor parallelism: torch's ModTracker fails in a later stage's "
-            "backward on real tensors; suite plan --trace follows it on fake tensors")
+            "pipeline with tensor parallelism: torch's ModTracker fails in a later stage's backward on real "
+            "tensors; suite plan --trace follows it on fake tensors")
     elif cell.measure_peaks:
         steps = iter(range(cell.steps, cell.steps + PEAK_STEPS))  # past the loop: fresh batches, same recipe
         out.peaks = measure.measure_peaks(

@@ -110,6 +110,7 @@ def _schedule_mod_tracker():
     tracker keeps a named parent, "pipeline schedule", above the stages, and puts it back after each backward
     (ModTracker resets its parents to {"Global"} when a backward ends)."""
     from torch.distributed._tools.mod_tracker import ModTracker
+    from torch.utils._pytree import tree_flatten, tree_unflatten
 
     parent = "pipeline schedule"
 
@@ -117,6 +118,18 @@ def _schedule_mod_tracker():
         def __init__(self):
             super().__init__()
             self.parents.add(parent)
+
+        def _fw_pre_hook(self, mod, input):
+            # ModTracker hooks a module's inputs to learn when their backward ends; a stage's input is a leaf
+            # that requires grad, and under a split backward (zero-bubble: the input gradient by autograd.grad)
+            # such a hook on a leaf fails ("A leaf node was passed to _will_engine_execute_node ...").  It
+            # sees those leaves detached (the same storage, no gradient): a module whose inputs are all leaves
+            # then leaves the parents when the backward ends, as ModTracker does for one with no such input.
+            args, spec = tree_flatten(input)
+            if any(isinstance(a, torch.Tensor) and a.requires_grad and a.grad_fn is None for a in args):
+                input = tree_unflatten([a.detach() if isinstance(a, torch.Tensor) and a.requires_grad
+                                        and a.grad_fn is None else a for a in args], spec)
+            return super()._fw_pre_hook(mod, input)
 
         def _maybe_set_engine_callback(self):
             if self._has_callback:

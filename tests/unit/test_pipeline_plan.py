@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from suite.axes import PIPELINE_SCHEDULES
+
 from suite.plan import predict
 from suite.plan.implemented import predict_memory
 from suite.plan.pipeline import bubble_fraction, cp_elements, in_flight, p2p_elements, stage_parameters
@@ -20,6 +22,7 @@ from suite.plan.trace import TraceError, check_traceable
 from suite.runner.cell import infeasible_reason
 from suite.scenario import ScenarioError
 from suite.testing.builders import make_cell
+from suite.testing.pipeline_order import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 DEEP = {"family": "llama", "layers": 8, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 172, "vocab": 256}
@@ -68,7 +71,7 @@ def test_a_schedule_without_stages_is_one_cell_and_old_ids_hold():
 
 
 @pytest.mark.parametrize("schedule,bubble", [("gpipe", 3 / 11), ("1f1b", 3 / 11), ("interleaved-1f1b", 3 / 19),
-                                             ("zero-bubble", 3 / 27)])
+                                             ("zero-bubble", 3 / 51)])
 def test_bubble_fractions(schedule, bubble):
     cell = pp(4, schedule, 8)
     assert bubble_fraction(cell) == pytest.approx(bubble)
@@ -79,8 +82,24 @@ def test_bubble_fractions(schedule, bubble):
 def test_micro_batches_in_flight_per_schedule():
     assert [in_flight(pp(4, "1f1b", 8), r) for r in range(4)] == [4, 3, 2, 1]
     assert [in_flight(pp(4, "gpipe", 8), r) for r in range(4)] == [8, 8, 8, 8]
-    assert in_flight(pp(4, "interleaved-1f1b", 8), 0) == pytest.approx(4 * (1 + 3 / 8))
+    assert in_flight(pp(4, "interleaved-1f1b", 8), 0) == pytest.approx(4 * (1 + 3 / 8))  # Korthikanti et al.
+    assert in_flight(pp(4, "interleaved-1f1b", 8), 3) == pytest.approx(5 / 2)  # 4 warm-up chunks and one more
     assert in_flight(pp(2, "1f1b", 2), 0) == 2
+    assert [in_flight(pp(4, "zero-bubble", 8), r) for r in range(4)] == [4, 4, 4, 4]
+
+
+@pytest.mark.parametrize("schedule", PIPELINE_SCHEDULES)
+def test_the_formulas_are_pytorchs_own_orders_simulated(schedule):
+    """Each schedule's bubble and activations in flight, as the planner prices them, against PyTorch's own order
+    of actions run through a dependency simulation (suite/testing/pipeline_order.py) on equal stages: a forward,
+    an input-gradient and a weight-gradient pass cost 1 each, a message nothing."""
+    v = PIPELINE_SCHEDULES[schedule]
+    for p in (2, 4, 8):
+        for m in range(p, 8 * p + 1, p):
+            cell = pp(p, schedule, m, model={**DEEP, "layers": 16})
+            sim = simulate(schedule, p, m, v)
+            assert min(sim.idle) == pytest.approx(bubble_fraction(cell)), (p, m, sim.idle)
+            assert [n / v for n in sim.in_flight] == pytest.approx([in_flight(cell, r) for r in range(p)]), (p, m)
 
 
 def test_stages_hold_the_model_once_and_the_worst_stage_is_the_cells():
@@ -115,14 +134,13 @@ def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
     cp = pp(2, "1f1b", 4, gpus=4, context_parallel=2)  # the sequence split inside a pipeline's micro-batches
     hsdp_cp = make_cell(model=DEEP, gpus=8, context_parallel=2, strategy="hsdp", shard_size=2, seq_len=64,
                         micro_batch_size=1, global_batch_size=4)
-    zb = pp(4, "zero-bubble", 8)
     replicas = pp(2, "1f1b", 8, gpus=4, strategy="ddp")  # DDP over a stage's 2 replicas: refused
     offload = pp(2, "1f1b", 8, gpus=4, strategy="zero3-offload")
     gpt = make_cell(model={"family": "gpt", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "max_seq_len": 64},
                     gpus=2, pipeline_parallel=2, pipeline_schedule="gpipe", micro_batch_size=1, global_batch_size=2)
     lp = pp(2, "1f1b", 4, gpus=4, tensor_parallel=2, loss_parallel=True)
     fp16 = pp(2, "1f1b", 4, precision="fp16-mixed")
-    for cell, why in ((cp, "with pipeline_parallel 2"), (hsdp_cp, "hsdp"), (zb, "zero-bubble"), (replicas, "2 data-parallel replicas"),
+    for cell, why in ((cp, "with pipeline_parallel 2"), (hsdp_cp, "hsdp"), (replicas, "2 data-parallel replicas"),
                       (offload, "strategy zero3-offload"), (gpt, "only llama"), (lp, "loss parallelism"),
                       (fp16, "GradScaler")):
         reason = infeasible_reason(cell, predict(cell), gpu_count=8)
@@ -133,7 +151,8 @@ def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
 
 def test_runnable_pipelines_and_context_parallel_cells_run_and_are_traced():
     cp = dict(model=DEEP, seq_len=64, micro_batch_size=1, context_parallel=2)
-    for cell in (pp(4, "1f1b", 8), pp(2, "interleaved-1f1b", 4), pp(2, "gpipe", 8, gpus=4, strategy="zero3"),
+    for cell in (pp(4, "1f1b", 8), pp(2, "interleaved-1f1b", 4), pp(2, "zero-bubble", 4),
+                 pp(2, "gpipe", 8, gpus=4, strategy="zero3"),
                  pp(2, "1f1b", 4, gpus=4, tensor_parallel=2, sequence_parallel=True),
                  make_cell(**cp, gpus=2, global_batch_size=1),
                  make_cell(**cp, gpus=4, strategy="zero3", tensor_parallel=2, sequence_parallel=True,

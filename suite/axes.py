@@ -47,7 +47,7 @@ PIPELINE_SCHEDULES = {
     "gpipe": 1,             # all forwards, then all backwards: m micro-batches of activations in flight
     "1f1b": 1,              # one forward, one backward: at most p micro-batches in flight on the first stage
     "interleaved-1f1b": 2,  # v = 2 chunks per rank: the bubble / v, at v x the point-to-point messages
-    "zero-bubble": 2,       # ZB1P, interleaved: backward split into input- and weight-gradient passes that fill the bubble
+    "zero-bubble": 2,       # ZB1P over v = 2 chunks: backward split into input- and weight-gradient passes
 }
 
 _UNSET: Any = object()

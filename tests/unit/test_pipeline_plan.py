@@ -140,9 +140,11 @@ def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
                     gpus=2, pipeline_parallel=2, pipeline_schedule="gpipe", micro_batch_size=1, global_batch_size=2)
     lp = pp(2, "1f1b", 4, gpus=4, tensor_parallel=2, loss_parallel=True)
     fp16 = pp(2, "1f1b", 4, precision="fp16-mixed")
+    zb_fsdp = pp(2, "zero-bubble", 8, gpus=4, strategy="zero3")  # its gradients differ from the reference
+    zb_tp = pp(2, "zero-bubble", 4, gpus=4, tensor_parallel=2)
     for cell, why in ((cp, "with pipeline_parallel 2"), (hsdp_cp, "hsdp"), (replicas, "2 data-parallel replicas"),
                       (offload, "strategy zero3-offload"), (gpt, "only llama"), (lp, "loss parallelism"),
-                      (fp16, "GradScaler")):
+                      (fp16, "GradScaler"), (zb_fsdp, "gradient norm 0.884"), (zb_tp, "tensor_parallel 2")):
         reason = infeasible_reason(cell, predict(cell), gpu_count=8)
         assert reason is not None and "planned (suite plan), not run" in reason and why in reason, reason
         with pytest.raises(TraceError, match="no code to trace"):

@@ -24,7 +24,8 @@ def planned_only(cell) -> str | None:
     """Why suite plans `cell` but cannot run it yet ("context_parallel 2: ..."), or None when it can: the runner
     skips such cells (infeasible), the worker refuses them.  Runnable pipelines: llama stages under gpipe, 1f1b
     or interleaved-1f1b, with a strategy that takes a data-parallel sub-mesh, and tensor parallelism (with
-    sequence parallelism, without loss parallelism); zero-bubble on bare stages only (ddp, one rank a stage)."""
+    sequence parallelism, without loss parallelism); zero-bubble on bare stages (ddp, one rank a stage) and under
+    zero2."""
     pp, cp = getattr(cell, "pipeline_parallel", 1), getattr(cell, "context_parallel", 1)
     if cp > 1:
         why = _context_parallel_not_run(cell, cp, pp)
@@ -35,12 +36,12 @@ def planned_only(cell) -> str | None:
     schedule, family = cell.pipeline_schedule, getattr(cell.model, "family", None)
     if family != "llama":
         return f"pipeline_parallel {pp} on {family}: suite cuts only llama models into stages"
-    if schedule == "zero-bubble" and (cell.strategy != "ddp" or cell.tensor_parallel > 1):
+    if schedule == "zero-bubble" and (registry.get(cell.strategy).family == "zero3" or cell.tensor_parallel > 1):
         return (f"pipeline_parallel {pp} with zero-bubble, strategy {cell.strategy} and tensor_parallel "
-                f"{cell.tensor_parallel}: suite runs zero-bubble only on stages without a wrapper (strategy ddp, no "
-                "replicas, no tensor parallelism); under FSDP2 its split backward gave other gradients than the "
-                "reference (gradient norm 0.884 against 1.220 at the first step: 2 stages x 2 zero3 replicas, "
-                "fp32), and under tensor parallelism it is not checked")
+                f"{cell.tensor_parallel}: suite runs zero-bubble on bare stages (ddp, one rank a stage) and under "
+                "zero2; under FSDP2 resharding after each forward (zero3, hsdp) its split backward gave other "
+                "gradients than the reference (gradient norm 0.884 against 1.220 at the first step: 2 stages x 2 "
+                "zero3 replicas, fp32), and under tensor parallelism it is not checked")
     if cell.precision == "fp16-mixed":
         return (f"pipeline_parallel {pp} in fp16-mixed: the schedule runs backward itself, so the GradScaler cannot "
                 "scale the loss first; use bf16-mixed")

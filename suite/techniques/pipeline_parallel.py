@@ -23,7 +23,7 @@ of micro-batches (`scale_grads`), as the plain loop divides each micro-batch's l
     zero-bubble       ScheduleInterleavedZeroBubble  ZB1P over v = 2 chunks per rank: each backward split into
                                                 its input-gradient pass (which the previous stage waits for)
                                                 and its weight-gradient pass (which fills the bubble);
-                                                bare stages only (scenario/pipeline.planned_only says why)
+                                                bare stages and zero2 (scenario/pipeline.planned_only)
 
 The bubble, measured: each stage's `forward_one_chunk` and `backward_one_chunk` (and `backward_weight_one_chunk`)
 are timed (the device synchronized at both ends, so on a GPU the timing itself costs a little) into `busy_s`, and

@@ -3,8 +3,8 @@
 
     2 ranks (pipeline only, strategy ddp: no replica, no wrapper)   gpipe (+ eval), 1f1b, 1f1b + full
                                                                     checkpointing, interleaved-1f1b, zero-bubble
-    4 ranks (2 stages x 2 data-parallel replicas, FSDP2 per stage)  zero3 1f1b, zero2 gpipe, zero3
-                                                                    interleaved-1f1b (+ eval)
+    4 ranks (2 stages x 2 data-parallel replicas, FSDP2 per stage)  zero3 1f1b, zero2 gpipe, zero2
+                                                                    zero-bubble, zero3 interleaved-1f1b (+ eval)
     4 ranks (2 stages x tensor_parallel 2, no replica)              1f1b (+ eval), interleaved-1f1b
     8 ranks (2 stages x hsdp: 2 replicas x 2-rank shard groups)     1f1b
 
@@ -39,6 +39,7 @@ GROUPS = {
     4: {"zero3-1f1b": dict(PP, strategy="zero3", gpus=4, global_batch_size=8, pipeline_schedule="1f1b",
                            measure_peaks=True),
         "zero2-gpipe": dict(PP, strategy="zero2", gpus=4, global_batch_size=8, pipeline_schedule="gpipe"),
+        "zero2-zero-bubble": dict(PP, strategy="zero2", gpus=4, global_batch_size=8, pipeline_schedule="zero-bubble"),
         "zero3-interleaved": dict(PP, strategy="zero3", gpus=4, global_batch_size=8,
                                   pipeline_schedule="interleaved-1f1b", eval=EVAL),
         "tp2-1f1b": dict(PP, strategy="ddp", gpus=4, global_batch_size=4, pipeline_schedule="1f1b",

@@ -154,6 +154,7 @@ def test_what_suite_cannot_run_yet_is_planned_not_run_nor_traced():
 def test_runnable_pipelines_and_context_parallel_cells_run_and_are_traced():
     cp = dict(model=DEEP, seq_len=64, micro_batch_size=1, context_parallel=2)
     for cell in (pp(4, "1f1b", 8), pp(2, "interleaved-1f1b", 4), pp(2, "zero-bubble", 4),
+                 pp(2, "zero-bubble", 8, gpus=4, strategy="zero2"),
                  pp(2, "gpipe", 8, gpus=4, strategy="zero3"),
                  pp(2, "1f1b", 4, gpus=4, tensor_parallel=2, sequence_parallel=True),
                  make_cell(**cp, gpus=2, global_batch_size=1),

@@ -128,14 +128,15 @@ def pipeline_measured(records: list[RankRecord], prediction: dict[str, Any], sta
     if steady and len({len(wall) for _, _, wall, _ in steady}) == 1:
         spans = [max(step) for step in zip(*(wall for _, _, wall, _ in steady))]
         timed = all(len(waits) == len(wall) for _, _, wall, waits in steady)
-        if all(sp > 0 for sp in spans) and timed:  # waits, and the time after the rank's schedule ended
-            idle = [statistics.median((w + sp - wl) / sp for w, sp, wl in zip(waits, spans, wall))
-                    for _, _, wall, waits in steady]
-            overhead = [statistics.median(max(0.0, wl - b - w) / sp
-                                          for b, w, sp, wl in zip(busy, waits, spans, wall))
-                        for _, busy, wall, waits in steady]
-        elif all(sp > 0 for sp in spans):
-            idle = [statistics.median(1.0 - b / sp for b, sp in zip(busy, spans)) for _, busy, _, _ in steady]
+        if all(sp > 0 for sp in spans):
+            if timed:  # waits, and the time after the rank's schedule ended
+                idle = [statistics.median((w + sp - wl) / sp for w, sp, wl in zip(waits, spans, wall))
+                        for _, _, wall, waits in steady]
+                overhead = [statistics.median(max(0.0, wl - b - w) / sp
+                                              for b, w, sp, wl in zip(busy, waits, spans, wall))
+                            for _, busy, wall, waits in steady]
+            else:
+                idle = [statistics.median(1.0 - b / sp for b, sp in zip(busy, spans)) for _, busy, _, _ in steady]
     by_rank, per_stage = {r.rank: r for r in records}, max(1, records[0].world_size // stages)
     firsts = [by_rank.get(i * per_stage) for i in range(stages)]
     tb = [r.tensor_bytes if r is not None else None for r in firsts]

@@ -27,16 +27,14 @@ class Simulated:
     in_flight: list[int]
 
 
-_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved-1f1b": "ScheduleInterleaved1F1B",
-            "zero-bubble": "ScheduleInterleavedZeroBubble"}
-
-
 def torch_order(schedule: str, p: int, v: int, m: int) -> dict[int, list]:
     """Each pipeline rank's actions in PyTorch's order for a multi-stage schedule (interleaved-1f1b,
     zero-bubble), built without stages or a process group."""
     from torch.distributed.pipelining import schedules
 
-    cls = getattr(schedules, _CLASSES[schedule])
+    from suite.techniques.pipeline_parallel import TORCH_SCHEDULES
+
+    cls = getattr(schedules, TORCH_SCHEDULES[schedule])
     order = object.__new__(cls)
     order.pp_group_size, order.n_local_stages, order._n_microbatches = p, v, m
     order.number_of_rounds = max(1, m // p)

@@ -110,7 +110,7 @@ def _schedule_mod_tracker():
     tracker keeps a named parent, "pipeline schedule", above the stages, and puts it back after each backward
     (ModTracker resets its parents to {"Global"} when a backward ends)."""
     from torch.distributed._tools.mod_tracker import ModTracker
-    from torch.utils._pytree import tree_flatten, tree_unflatten
+    from torch.utils._pytree import tree_map_only
 
     parent = "pipeline schedule"
 
@@ -125,11 +125,9 @@ def _schedule_mod_tracker():
             # such a hook on a leaf fails ("A leaf node was passed to _will_engine_execute_node ...").  It
             # sees those leaves detached (the same storage, no gradient): a module whose inputs are all leaves
             # then leaves the parents when the backward ends, as ModTracker does for one with no such input.
-            args, spec = tree_flatten(input)
-            if any(isinstance(a, torch.Tensor) and a.requires_grad and a.grad_fn is None for a in args):
-                input = tree_unflatten([a.detach() if isinstance(a, torch.Tensor) and a.requires_grad
-                                        and a.grad_fn is None else a for a in args], spec)
-            return super()._fw_pre_hook(mod, input)
+            seen = tree_map_only(torch.Tensor, lambda a: a.detach() if a.requires_grad and a.grad_fn is None else a,
+                                 input)
+            return super()._fw_pre_hook(mod, seen)
 
         def _maybe_set_engine_callback(self):
             if self._has_callback:

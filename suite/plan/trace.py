@@ -191,6 +191,80 @@ def propagation_apart():
         prop.detect_fake_mode = found
 
 
+@contextmanager
+def copies_keep_the_mode():
+    """Let a deep copy of fake tensors stay in the trace's FakeTensorMode.
+
+    A fake tensor keeps its mode in its `__dict__`, and `copy.deepcopy` copies that too: every copy of a model
+    (an interleaved pipeline rank cuts each of its chunks from a copy, techniques/pipeline_parallel.split_stage)
+    came out in a mode of its own, a copy of the trace's with copies of its tables.  Ops then mixed tensors of
+    two modes; with tensor + sequence parallelism that broke memory ("tensor's device must be `meta`, got cpu",
+    SIGSEGV in the garbage collector): the 405B interleaved-1f1b cell's known failure until 2026-12-07.  A mode is
+    a context, not data, so its copy is itself."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    had = "__deepcopy__" in FakeTensorMode.__dict__
+    found = FakeTensorMode.__dict__.get("__deepcopy__")
+    FakeTensorMode.__deepcopy__ = lambda self, memo: self
+    try:
+        yield
+    finally:
+        if had:
+            FakeTensorMode.__deepcopy__ = found
+        else:
+            del FakeTensorMode.__deepcopy__
+
+
+@contextmanager
+def meshes_real():
+    """Build every DeviceMesh on real tensors while the trace's FakeTensorMode is active.
+
+    A mesh is a small tensor of ranks that computes this rank's coordinates on itself (`nonzero`), which a fake
+    tensor cannot answer; FSDP2 builds such meshes inside `fully_shard` when it joins its data-parallel mesh
+    with the tensor-parallel mesh of DTensor parameters (`DeviceMesh._concatenate`).  Only the mesh's own
+    construction leaves the fake mode here, narrower than running all of `fully_shard` outside it (what the
+    fsdp strategy did before 2026-12-07), which let any factory call inside FSDP's sharding make real tensors."""
+    import functools
+
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import DeviceMesh
+
+    init = DeviceMesh.__init__
+
+    @functools.wraps(init)
+    def real_init(self, *args, **kwargs):
+        with unset_fake_temporarily():
+            init(self, *args, **kwargs)
+
+    DeviceMesh.__init__ = real_init
+    try:
+        yield
+    finally:
+        DeviceMesh.__init__ = init
+
+
+@contextmanager
+def collector_off():
+    """Trace with Python's cyclic garbage collector off (after one full collection).
+
+    Part of a pipeline micro-batch's autograd graph (zero-bubble's split backward, interleaved chunks) is held
+    by reference cycles that only the cyclic collector frees, so with the collector on a traced peak depends on
+    when it happens to run, i.e. on how many objects the process holds and what it traced before: one
+    zero-bubble stage of tests/dist/test_pipeline_parallel.py read 4.18, 4.24 or 4.38 MB by the order of the
+    traces before it; its real rank measured 4.59 MB.  Off, nothing the trace holds is freed late or early by
+    chance: the same stage reads 4.61 MB in any order, the peak with every cycle kept (the cautious answer)."""
+    import gc
+
+    was_on = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 def _forget_sharding_plans() -> None:
     """Empty DTensor's sharding-propagation caches.  They key on the device mesh by its shape and ranks and
     hand back the mesh they first saw: a later fake world with an equal mesh (the next pipeline rank's trace)
@@ -335,8 +409,8 @@ def _run(cell, tcell, phases: bool = False, rank: int = 0) -> dict[str, Any]:
 
         from suite.plan.fake_steps import run_traced
 
-        with fake_world(cell.gpus, rank), propagation_apart(), FakeTensorMode(allow_non_fake_inputs=True), \
-                warnings.catch_warnings():
+        with fake_world(cell.gpus, rank), propagation_apart(), meshes_real(), copies_keep_the_mode(), \
+                collector_off(), FakeTensorMode(allow_non_fake_inputs=True), warnings.catch_warnings():
             # torch's own chatter about fake tensors and ungraded parameters: not the user's problem
             warnings.filterwarnings("ignore", message=".*(FakeTensor|traceable wrapper-subclass).*")
             return run_traced(tcell, TRACE_STEPS, phase, phases=phases)

@@ -70,16 +70,6 @@ def apply(model: nn.Module, mesh, policy: Policy, device: torch.device) -> Paral
     return _shard(model, policy, device, mesh, spec)
 
 
-def _fully_shard(module: nn.Module, **kwargs) -> None:
-    """fully_shard; over tensor-parallel DTensors FSDP2 joins their mesh and its own into a new DeviceMesh, which
-    computes coordinates with tensor ops: under the planner's fake tensors those must run for real."""
-    if any(hasattr(p, "device_mesh") for p in module.parameters()):
-        with unset_fake_temporarily():
-            fully_shard(module, **kwargs)
-    else:
-        fully_shard(module, **kwargs)
-
-
 def _shard(model: nn.Module, policy: Policy, device: torch.device, mesh, spec) -> Parallel:
     # zero3 and hsdp shard parameters at rest, so they free each block's unsharded copy after forward (the
     # registry entry's shards.parameters); zero2 keeps them until backward
@@ -88,9 +78,9 @@ def _shard(model: nn.Module, policy: Policy, device: torch.device, mesh, spec) -
     # pinned host memory makes the copies asynchronous; pinning needs a CUDA runtime
     offload = {"offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda")} if spec.offload else {}
     for block in model.blocks:
-        _fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
     # reshard_after_forward given explicitly, so FSDP does not apply its "root keeps parameters" heuristic
-    _fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp, **offload)
     optimizer = make_optimizer(model.parameters(), policy.optimizer, device)
 
     @contextmanager

@@ -258,3 +258,43 @@ def test_dtensors_shape_propagation_is_not_counted_as_a_ranks_memory():
     fake, real = _first_adamw_step_peak(True), _first_adamw_step_peak(False)
     assert real == pytest.approx(21.0e6, rel=0.01)
     assert fake == real
+
+
+def test_a_deep_copy_under_the_trace_stays_in_the_traces_fake_mode():
+    """copy.deepcopy copies a fake tensor's mode with it; an interleaved pipeline rank cuts its chunks from
+    copies of the model, and tensors of two modes mixed broke the 405B interleaved trace (SIGSEGV).  Inside
+    `copies_keep_the_mode` the copy shares the trace's mode; outside it torch's behaviour is back."""
+    import copy
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from suite.plan.trace import copies_keep_the_mode
+
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        layer = torch.nn.Linear(4, 4)
+        with copies_keep_the_mode():
+            kept = copy.deepcopy(layer)
+        apart = copy.deepcopy(layer)
+    assert kept.weight.fake_mode is mode and kept.weight is not layer.weight
+    assert apart.weight.fake_mode is not mode  # torch's own deepcopy, restored
+
+
+def test_a_mesh_built_inside_the_trace_is_real():
+    """FSDP2 joins its mesh with tensor parallelism's inside `fully_shard` (DeviceMesh._concatenate), and a mesh
+    computes this rank's coordinates with `nonzero`, which a fake tensor cannot answer: `meshes_real` builds
+    every mesh outside the fake mode, and only that."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+    from suite.plan.trace import fake_world, meshes_real
+
+    init = DeviceMesh.__init__
+    with fake_world(4):
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+        with meshes_real(), FakeTensorMode(allow_non_fake_inputs=True):
+            joined = DeviceMesh._concatenate([mesh["dp"], mesh["tp"]])
+            assert isinstance(torch.empty(1), FakeTensor)  # the fake mode is still on around the mesh
+        assert list(joined.get_coordinate()) == [0, 0]
+    assert DeviceMesh.__init__ is init

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from suite.axes import checkpoint_every
 from suite.plan.memory import MemoryBreakdown, layered, offloaded, shard_world
-from suite.plan.pipeline import context, in_flight, stage_parameters, stage_shape
+from suite.plan.pipeline import context, in_flight, message_tensors, pipeline, stage_parameters, stage_shape
 from suite.plan.tensor_parallel import block_parameters, ends_split, matmul_outputs, matmul_weights
 from suite.strategies import registry
 
@@ -237,7 +237,7 @@ def whole_embedding_in_backward(cell) -> float:
     return fresh + summed
 
 
-def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, last_stage: bool,
+def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, rank: int,
                   working: float) -> tuple[float, float, float]:
     """(parameters gathered, temporaries beyond the gradient sums, activations) at the peak of a pipeline stage:
     the larger of two moments.  Without the loss (every stage but the last) a stage's peak falls inside a block's
@@ -257,9 +257,13 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, la
         fewer, but for the stage's output, which the stage holds until that micro-batch's backward returns (on
         the last stage the logits, in the compute dtype; elsewhere the hidden states it sent on).
 
+    At both moments the stage also holds its messages' receive buffers and the tensors its send works still
+    hold (`pipeline.message_tensors`).
+
     Without a pipeline the model gathers the whole model's ends and one block (`unsharded_bytes`)."""
     tp, sp = getattr(cell, "tensor_parallel", 1), getattr(cell, "sequence_parallel", False)
     shape = stage_shape(cell)
+    last_stage = rank == pipeline(cell)[0] - 1
     start_gathered = end_gathered = working
     if working:
         block = block_parameters(cell.model, tp)
@@ -268,12 +272,14 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, la
         end_gathered = gathered_bytes(cell.precision, params)
     tokens = cell.seq_len / context(cell) * cell.micro_batch_size
     width = cell.model.vocab if last_stage else cell.model.hidden / (tp if sp else 1)
-    output = forward_dtypes(cell.strategy, cell.precision)[1] * tokens * width
+    element = forward_dtypes(cell.strategy, cell.precision)[1]
+    output = element * tokens * width
+    messages = message_tensors(cell, rank) * element * tokens * cell.model.hidden / (tp if sp else 1)
     # the loop runs the whole schedule inside autocast, so autocast's cache keeps a 16-bit copy of every weight
     # of the stage it cast (with checkpointing; without, each micro-batch's saved tensors hold them) to the end
     cache = autocast_copies(shape, cell.activation_checkpointing, cell.strategy, cell.precision, tp)
-    start = (start_gathered, extra, acts)
-    end = (end_gathered, block_backward_bytes(cell) + cache, max(0.0, acts - one) + output)
+    start = (start_gathered, extra + messages, acts)
+    end = (end_gathered, block_backward_bytes(cell) + cache + messages, max(0.0, acts - one) + output)
     return max(start, end, key=sum)
 
 
@@ -294,7 +300,7 @@ def predict_memory(cell, rank: int | None = None) -> MemoryBreakdown:
                            ends=last, sequence_parallel=getattr(cell, "sequence_parallel", False))
     acts = one * in_flight(cell, rank)
     if p > 1:
-        working, extra, acts = pipeline_peak(cell, params, extra, acts, one, last, working)
+        working, extra, acts = pipeline_peak(cell, params, extra, acts, one, rank, working)
     static["parameters"] += working
     out = offloaded(static, cell.strategy, working, acts)
     temps = extra + unsharded_accumulation(cell, params)

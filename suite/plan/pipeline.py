@@ -25,6 +25,9 @@ per step (the accumulation), v model chunks per rank (suite.axes.PIPELINE_SCHEDU
   The interleaved and zero-bubble rows are those of PyTorch's own orders (`_calculate_single_rank_operations`)
   run through a dependency simulation with forward = input gradient = weight gradient (a full backward = 2
   forwards) and no message cost: exact for p = 2, 4, 8 and m = p to 8p (docs/parallelism.md).
+- Messages: a stage keeps a receive buffer per micro-batch and message, and a send's work holds its tensor
+  until the schedule drops the work, which gpipe and the runtime schedules do only at the end of the step
+  (`message_tensors`): m activation-sized tensors per chunk boundary, 2 m where the sends are held.
 - Point-to-point per step: each rank sends one (b, s / c, h) activation forward and one gradient backward per
   micro-batch and chunk boundary: 2 v m s b h / c elements (/ t with sequence parallelism).
 
@@ -82,6 +85,28 @@ def in_flight(cell, rank: int) -> float:
     if schedule == "zero-bubble":
         return float(min(m, p))
     return float(min(m, p - rank))
+
+
+def message_tensors(cell, rank: int) -> float:
+    """Activation-sized tensors pipeline rank `rank` holds for its point-to-point messages (0 without a pipeline).
+
+    - Receive buffers: PyTorch's stage allocates one buffer per micro-batch for every message it receives (an
+      activation unless the chunk is the first stage, an input gradient unless it is the last) and keeps them
+      from the first step on: m per chunk boundary the rank receives across.
+    - Sends held: a send's work holds the tensor it sends until the schedule drops the work (gloo and NCCL
+      alike), and PyTorch's schedules drop them late: gpipe keeps every send's work to the end of its phase
+      loops, and the runtime schedules (interleaved-1f1b, zero-bubble) to the end of the step, so each
+      micro-batch's output and input gradient outlive its backward: m more per boundary.  1f1b waits each send
+      at the next one (none counted).
+    A chunk at global stage j has a boundary forward unless j is the last stage, and backward unless it is the
+    first; the two lists count the same boundaries (2 v m on a middle rank).  Measured on 2 gloo ranks (tiny
+    llama, interleaved-1f1b, m = 4 to 16, 2026-12-07): the real peaks grew by 6 such tensors per micro-batch."""
+    p, v, schedule = pipeline(cell)
+    if p == 1:
+        return 0.0
+    stages = [rank + k * p for k in range(v)]
+    boundaries = sum((j < p * v - 1) + (j > 0) for j in stages)
+    return float(cell.grad_accum * boundaries * (1 if schedule == "1f1b" else 2))
 
 
 def bubble_fraction(cell) -> float:

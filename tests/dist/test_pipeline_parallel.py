@@ -32,7 +32,8 @@ GROUPS = {
         "1f1b": dict(PP, strategy="ddp", gpus=2, global_batch_size=4, pipeline_schedule="1f1b", measure_peaks=True),
         "1f1b-full": dict(PP, strategy="ddp", gpus=2, global_batch_size=4, pipeline_schedule="1f1b",
                           activation_checkpointing="full"),
-        "interleaved": dict(PP, strategy="ddp", gpus=2, global_batch_size=4, pipeline_schedule="interleaved-1f1b"),
+        "interleaved": dict(PP, strategy="ddp", gpus=2, global_batch_size=8, pipeline_schedule="interleaved-1f1b",
+                            measure_peaks=True),
         # ZB1P over 2 chunks a rank: each backward split into its input- and weight-gradient passes
         "zero-bubble": dict(PP, strategy="ddp", gpus=2, global_batch_size=4, pipeline_schedule="zero-bubble",
                             measure_peaks=True)},
@@ -70,7 +71,7 @@ def test_pipeline_matches_the_one_rank_reference(world, name, groups, references
     cell, records = groups[name]
     assert len(records) == world and all(r.status == "ok" for r in records), [r.error for r in records]
     ref = references[cell.global_batch_size]
-    assert cell.grad_accum == 4  # the micro-batches the schedule moves through the stages
+    assert cell.grad_accum in (4, 8)  # the micro-batches the schedule moves through the stages (m = 2p or 4p)
     if cell.tensor_parallel > 1:  # each stage's blocks split over its 2 tensor-parallel ranks
         assert records[0].tensor_bytes.parameters < stage_parameters(cell.model_copy(
             update={"tensor_parallel": 1}), 0) * 4
@@ -103,12 +104,14 @@ def test_bytes_per_stage_are_the_planners(world, name, groups):
     assert first.parameters < last.parameters  # the last stage holds the final norm besides the head
 
 
-@pytest.mark.parametrize("name", ["1f1b", "zero3-1f1b"])
+@pytest.mark.parametrize("name", ["1f1b", "zero3-1f1b", "interleaved"])
 def test_each_stage_peak_is_the_traced_one_and_the_planners(name, groups):
     """The planner traces every pipeline rank on fake tensors (plan/trace.py); the ranks measured the same
     code's peak with the same tracker on real tensors (a zero3 rank's now and then one late all-gather buffer
     above it: suite/testing/peaks.py); and the as-implemented model of each stage (implemented.pipeline_peak)
-    is within 5% of the trace."""
+    is within 5% of the trace.  interleaved-1f1b keeps every send's tensor to the end of the step (gloo's work
+    holds it; plan/trace.sends_held_by_their_works), and at m = 8 a trace without that read 4-6% under the
+    ranks' peaks."""
     from suite.plan.implemented import predict_memory
 
     cell, records = groups[name]

@@ -17,7 +17,8 @@ from suite.axes import PIPELINE_SCHEDULES
 
 from suite.plan import predict
 from suite.plan.implemented import predict_memory
-from suite.plan.pipeline import bubble_fraction, cp_elements, in_flight, p2p_elements, stage_parameters
+from suite.plan.pipeline import (bubble_fraction, cp_elements, in_flight, message_tensors, p2p_elements,
+                                 stage_parameters)
 from suite.plan.trace import TraceError, check_traceable
 from suite.runner.cell import infeasible_reason
 from suite.scenario import ScenarioError
@@ -113,6 +114,18 @@ def test_stages_hold_the_model_once_and_the_worst_stage_is_the_cells():
     assert predict_memory(cell, 0).activations > predict_memory(cell, 2).activations  # 4 in flight vs 2
     gpipe = predict(pp(4, "gpipe", 8))
     assert gpipe.as_implemented.total > plan.as_implemented.total  # gpipe keeps all 8 micro-batches
+
+
+def test_a_rank_holds_a_receive_buffer_per_message_and_late_schedules_their_sends_too():
+    """PyTorch's stage keeps a receive buffer per micro-batch and message; gpipe and the runtime schedules keep
+    each send's work (and so its tensor) to the end, 1f1b waits each at the next.  A rank's chunks sit at global
+    stages r, r + p, ...: each has a boundary forward unless it is the last stage, backward unless the first."""
+    assert [message_tensors(pp(4, "1f1b", 8), r) for r in range(4)] == [8, 16, 16, 8]
+    assert [message_tensors(pp(4, "gpipe", 8), r) for r in range(4)] == [16, 32, 32, 16]
+    # interleaved on 2 ranks: rank 0 holds stages 0 and 2 (1 + 2 boundaries), rank 1 stages 1 and 3 (2 + 1)
+    assert [message_tensors(pp(2, "interleaved-1f1b", 4), r) for r in range(2)] == [24, 24]
+    assert message_tensors(pp(4, "interleaved-1f1b", 8), 1) == 2 * 8 * 4
+    assert message_tensors(make_cell(model=DEEP, gpus=2, global_batch_size=2, micro_batch_size=1), 0) == 0
 
 
 def test_point_to_point_and_ring_traffic():

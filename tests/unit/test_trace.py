@@ -298,3 +298,37 @@ def test_a_mesh_built_inside_the_trace_is_real():
             assert isinstance(torch.empty(1), FakeTensor)  # the fake mode is still on around the mesh
         assert list(joined.get_coordinate()) == [0, 0]
     assert DeviceMesh.__init__ is init
+
+
+def test_a_pipelines_send_holds_its_tensor_while_its_work_lives():
+    """A gloo or NCCL work holds the tensor it sends; the fake process group's holds nothing, and PyTorch's
+    runtime schedules keep every send's work to the end of the step: inside `sends_held_by_their_works` the
+    schedules' works hold their tensors as a real rank's do (the ranks' real interleaved peaks, measured in
+    tests/dist/test_pipeline_parallel.py, depend on it)."""
+    import gc
+    import weakref
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import schedules
+
+    from suite.plan.trace import fake_world, sends_held_by_their_works
+
+    batch = schedules._batch_p2p
+    with fake_world(2):
+        def sent():
+            t = torch.ones(8)
+            gone = weakref.ref(t)
+            works = schedules._batch_p2p([dist.P2POp(dist.isend, t, 1)])
+            del t
+            gc.collect()
+            alive = gone() is not None
+            schedules._wait_batch_p2p(works)
+            del works
+            gc.collect()
+            return alive, gone() is not None
+
+        with sends_held_by_their_works():
+            assert sent() == (True, False)  # held while the work lives, freed with it
+        assert sent() == (False, False)  # the fake group's own work: nothing held
+    assert schedules._batch_p2p is batch

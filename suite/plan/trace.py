@@ -264,7 +264,8 @@ def sends_held_by_their_works():
 
     A gloo (or NCCL) work keeps the tensor it sends until the work object is dropped; the fake process group's
     work holds nothing.  PyTorch's runtime schedules (interleaved-1f1b, zero-bubble) keep every send's work
-    until the end of the step (`_PipelineScheduleRuntime._step_microbatches`), so each micro-batch's sent
+    until the end of the step (`_PipelineScheduleRuntime._step_microbatches`; gpipe to the end of its phase
+    loops, 1f1b until its next send), so each micro-batch's sent
     activations and input gradients stay alive on a real rank after the stage's backward has let them go:
     3 activation-sized tensors per micro-batch on each rank of a 2-rank interleaved pipeline.  Without them
     the trace read 1.4-12% under the ranks' real peaks (m = 4 to 16, tiny llama, 2026-12-07).  Each work the
@@ -296,7 +297,8 @@ def collector_off():
     when it happens to run, i.e. on how many objects the process holds and what it traced before: one
     zero-bubble stage of tests/dist/test_pipeline_parallel.py read 4.18, 4.24 or 4.38 MB by the order of the
     traces before it; its real rank measured 4.59 MB.  Off, nothing the trace holds is freed late or early by
-    chance: the same stage reads 4.61 MB in any order, the peak with every cycle kept (the cautious answer)."""
+    chance: the same stage read 4.61 MB in any order (4.62 MB once send works held their tensors, above), the
+    peak with every cycle kept (the cautious answer)."""
     import gc
 
     was_on = gc.isenabled()

@@ -98,3 +98,7 @@ class TraceFailure(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     error: str
+
+
+class TraceError(Exception):
+    """A cell that cannot be traced; the message names the cell, the strategy and the reason."""

@@ -110,7 +110,7 @@ def test_each_stage_peak_is_the_traced_one_and_the_planners(name, groups):
     code's peak with the same tracker on real tensors (a zero3 rank's now and then one late all-gather buffer
     above it: suite/testing/peaks.py); and the as-implemented model of each stage (implemented.pipeline_peak)
     is within 5% of the trace.  interleaved-1f1b keeps every send's tensor to the end of the step (gloo's work
-    holds it; plan/trace.sends_held_by_their_works), and at m = 8 a trace without that read 4-6% under the
+    holds it; plan/fake_world.sends_held_by_their_works), and at m = 8 a trace without that read 4-6% under the
     ranks' peaks."""
     from suite.plan.implemented import predict_memory
 

@@ -234,7 +234,7 @@ def _first_adamw_step_peak(fake: bool) -> int:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    from suite.plan.trace import fake_world, propagation_apart
+    from suite.plan.fake_world import fake_world, propagation_apart
 
     with fake_world(4):
         mesh = init_device_mesh("cpu", (4,))
@@ -269,7 +269,7 @@ def test_a_deep_copy_under_the_trace_stays_in_the_traces_fake_mode():
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from suite.plan.trace import copies_keep_the_mode
+    from suite.plan.fake_world import copies_keep_the_mode
 
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         layer = torch.nn.Linear(4, 4)
@@ -288,7 +288,7 @@ def test_a_mesh_built_inside_the_trace_is_real():
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-    from suite.plan.trace import fake_world, meshes_real
+    from suite.plan.fake_world import fake_world, meshes_real
 
     init = DeviceMesh.__init__
     with fake_world(4):
@@ -312,7 +312,7 @@ def test_a_pipelines_send_holds_its_tensor_while_its_work_lives():
     import torch.distributed as dist
     from torch.distributed.pipelining import schedules
 
-    from suite.plan.trace import fake_world, sends_held_by_their_works
+    from suite.plan.fake_world import fake_world, sends_held_by_their_works
 
     batch = schedules._batch_p2p
     with fake_world(2):

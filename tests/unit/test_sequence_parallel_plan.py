@@ -102,7 +102,7 @@ def test_a_vocabulary_split_embedding_gets_its_gradient_whole_and_the_first_rank
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
 
-    from suite.plan.trace import fake_world
+    from suite.plan.fake_world import fake_world
 
     with fake_world(2):
         emb = nn.Sequential(nn.Embedding(64, 8))

@@ -41,13 +41,29 @@ CHECKPOINTING_DOC = {
 LAUNCHERS = ("torchrun", "ray")
 # Numeric precision of a cell: parameters, compute and gradients (docs/parallelism.md).
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
-# Pipeline schedules (pipeline_parallel > 1) and the model chunks ("virtual stages") each rank holds: the
-# planner's bubble and in-flight arithmetic is keyed by these names (plan/pipeline.py, docs/parallelism.md).
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What a pipeline schedule (pipeline_parallel > 1) does that the planner, the worker and validate read."""
+
+    chunks: int  # v: the model chunks ("virtual stages") each rank holds
+    sends_held: bool  # whether PyTorch's schedule keeps every send's work (and so its tensor) past the
+    # micro-batch's backward: gpipe to the end of its phase loops, the runtime schedules to the end of the step
+    forwards_first: bool  # every forward before any backward: the last stage holds every micro-batch's logits
+
+
+# Pipeline schedules by name: the planner's bubble and in-flight arithmetic is keyed by these names
+# (plan/pipeline.py, docs/parallelism.md).
 PIPELINE_SCHEDULES = {
-    "gpipe": 1,             # all forwards, then all backwards: m micro-batches of activations in flight
-    "1f1b": 1,              # one forward, one backward: at most p micro-batches in flight on the first stage
-    "interleaved-1f1b": 2,  # v = 2 chunks per rank: the bubble / v, at v x the point-to-point messages
-    "zero-bubble": 2,       # ZB1P over v = 2 chunks: backward split into input- and weight-gradient passes
+    # all forwards, then all backwards: m micro-batches of activations in flight
+    "gpipe": Schedule(chunks=1, sends_held=True, forwards_first=True),
+    # one forward, one backward: at most p micro-batches in flight on the first stage
+    "1f1b": Schedule(chunks=1, sends_held=False, forwards_first=False),
+    # v = 2 chunks per rank: the bubble / v, at v x the point-to-point messages
+    "interleaved-1f1b": Schedule(chunks=2, sends_held=True, forwards_first=False),
+    # ZB1P over v = 2 chunks: backward split into input- and weight-gradient passes
+    "zero-bubble": Schedule(chunks=2, sends_held=True, forwards_first=False),
 }
 
 _UNSET: Any = object()

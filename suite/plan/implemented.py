@@ -33,7 +33,7 @@ textbook is 0.5 to 2.3 times the trace.  `fits` still prefers the trace: it is t
 
 from __future__ import annotations
 
-from suite.axes import checkpoint_every
+from suite.axes import PIPELINE_SCHEDULES, checkpoint_every
 from suite.plan.memory import MemoryBreakdown, layered, offloaded, shard_world
 from suite.plan.pipeline import context, in_flight, message_tensors, pipeline, stage_parameters, stage_shape
 from suite.plan.tensor_parallel import block_parameters, ends_split, matmul_outputs, matmul_weights
@@ -139,17 +139,25 @@ def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, 
                      sequence_parallel: bool = False) -> float:
     """Activation bytes for one micro-batch over all layers (see layer_bytes_per_token), the fp32
     log-probabilities the loss saves, and under autocast the 16-bit copy of every matmul weight that blocks
-    without checkpointing keep for backward.  ends=False: a pipeline stage without the head (neither the loss's
-    log-probabilities nor the head's 16-bit copy)."""
+    without checkpointing keep for backward, and the head's (`head_copy`: once however many micro-batches are
+    in flight).  ends=False: a pipeline stage without the head (neither the loss's log-probabilities nor the
+    head's 16-bit copy)."""
     r, c, autocast = forward_dtypes(strategy, precision)
     tokens = seq_len * micro_batch
     per_layer = {mode: tokens * layer_bytes_per_token(shape, mode, r, c, tp, sequence_parallel)
                  for mode in ("none", "selective", "op-level", "full")}
     if autocast:  # the weight copies live as long as the block's saved tensors; recomputed when checkpointed
         per_layer["none"] += 2 * matmul_weights(shape, tp)
-    head = 2 * shape.hidden * getattr(shape, "vocab", 0) if autocast and ends else 0
+    head = head_copy(shape, strategy, precision) if ends else 0.0
     loss = _loss_bytes(shape, seq_len, micro_batch) / vocab_split if ends else 0.0  # loss_parallel: split
     return layered(per_layer, checkpointing, shape.layers) + loss + head
+
+
+def head_copy(shape, strategy: str | None, precision: str) -> float:
+    """Under autocast, the 16-bit copy of the head's weight its matmul keeps for backward.  Autocast caches the
+    copy of a weight it casts for the rest of its region, so the micro-batches a pipeline's last stage has in
+    flight share one (counting one per micro-batch put gpipe's tiny-llama last stage 10-18% over the trace)."""
+    return 2.0 * shape.hidden * getattr(shape, "vocab", 0) if forward_dtypes(strategy, precision)[2] else 0.0
 
 
 def loss_temporaries(shape, seq_len: int, micro_batch: int) -> float:
@@ -258,7 +266,13 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, ra
         the last stage the logits, in the compute dtype; elsewhere the hidden states it sent on).
 
     At both moments the stage also holds its messages' receive buffers and the tensors its send works still
-    hold (`pipeline.message_tensors`).
+    hold (`pipeline.message_tensors`).  Where every forward comes first (gpipe: its schedule's
+    `forwards_first`) the last stage also holds the logits of every micro-batch but the one whose backward
+    starts: its forward's output, which PyTorch's stage keeps (`fwd_cache`) until that micro-batch's backward
+    takes it, is not one of the tensors the loss saves (it saves the fp32 log-probabilities); the other schedules
+    run the last stage's backward right after its forward.  Without them the model was 25% under the trace on
+    the 405B cell's last stage, and 10-38% under on a tiny llama's (2 ranks, m = 4 and 8).  `one` is one
+    micro-batch's activations (without what the micro-batches share: the head's copy).
 
     Without a pipeline the model gathers the whole model's ends and one block (`unsharded_bytes`)."""
     tp, sp = getattr(cell, "tensor_parallel", 1), getattr(cell, "sequence_parallel", False)
@@ -278,7 +292,9 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, ra
     # the loop runs the whole schedule inside autocast, so autocast's cache keeps a 16-bit copy of every weight
     # of the stage it cast (with checkpointing; without, each micro-batch's saved tensors hold them) to the end
     cache = autocast_copies(shape, cell.activation_checkpointing, cell.strategy, cell.precision, tp)
-    start = (start_gathered, extra + messages, acts)
+    forwards_first = PIPELINE_SCHEDULES[pipeline(cell)[2]].forwards_first
+    logits = output * (cell.grad_accum - 1) if last_stage and forwards_first else 0.0
+    start = (start_gathered, extra + messages, acts + logits)
     end = (end_gathered, block_backward_bytes(cell) + cache + messages, max(0.0, acts - one) + output)
     return max(start, end, key=sum)
 
@@ -298,9 +314,10 @@ def predict_memory(cell, rank: int | None = None) -> MemoryBreakdown:
     one = activation_bytes(stage_shape(cell), cell.seq_len / context(cell), cell.micro_batch_size,
                            cell.activation_checkpointing, cell.precision, tp, cell.strategy, vocab_split(cell),
                            ends=last, sequence_parallel=getattr(cell, "sequence_parallel", False))
-    acts = one * in_flight(cell, rank)
+    shared = head_copy(cell.model, cell.strategy, cell.precision) if last else 0.0  # one for every micro-batch
+    acts = (one - shared) * in_flight(cell, rank) + shared
     if p > 1:
-        working, extra, acts = pipeline_peak(cell, params, extra, acts, one, rank, working)
+        working, extra, acts = pipeline_peak(cell, params, extra, acts, one - shared, rank, working)
     static["parameters"] += working
     out = offloaded(static, cell.strategy, working, acts)
     temps = extra + unsharded_accumulation(cell, params)

@@ -47,7 +47,7 @@ def pipeline(cell) -> tuple[int, int, str | None]:
     """(p, v, schedule) of a cell: (1, 1, None) without pipeline parallelism."""
     p = getattr(cell, "pipeline_parallel", 1)
     schedule = getattr(cell, "pipeline_schedule", None) if p > 1 else None
-    return p, PIPELINE_SCHEDULES[schedule] if schedule else 1, schedule
+    return p, PIPELINE_SCHEDULES[schedule].chunks if schedule else 1, schedule
 
 
 def context(cell) -> int:
@@ -106,7 +106,7 @@ def message_tensors(cell, rank: int) -> float:
         return 0.0
     stages = [rank + k * p for k in range(v)]
     boundaries = sum((j < p * v - 1) + (j > 0) for j in stages)
-    return float(cell.grad_accum * boundaries * (1 if schedule == "1f1b" else 2))
+    return float(cell.grad_accum * boundaries * (2 if PIPELINE_SCHEDULES[schedule].sends_held else 1))
 
 
 def bubble_fraction(cell) -> float:

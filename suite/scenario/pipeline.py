@@ -100,7 +100,7 @@ def check_pipeline_and_context(combo: dict[str, Any], shape: Any, micro_batches:
             problems.append(f"{src.where(axis)}: {axis} {n} needs a llama or gpt model, not {family} ({what})")
     if pp > 1 and family in ("llama", "gpt"):
         schedule = combo["pipeline_schedule"]
-        v = PIPELINE_SCHEDULES[schedule]
+        v = PIPELINE_SCHEDULES[schedule].chunks
         if shape.layers % (pp * v):
             stages = f"{pp} x {v} model chunks per rank ({schedule}) = {pp * v} stages" if v > 1 else f"{pp} stages"
             problems.append(f"{src.where('pipeline_parallel')}: pipeline_parallel {stages} do not divide the "

@@ -85,7 +85,7 @@ def _pipeline(model: nn.Module, cell: Cell, device: torch.device, mesh, policy: 
     from suite.strategies.base import combine
     from suite.techniques.pipeline_parallel import build_pipeline, split_stage, stage_ids
 
-    pp, chunks = cell.pipeline_parallel, PIPELINE_SCHEDULES[cell.pipeline_schedule]
+    pp, chunks = cell.pipeline_parallel, PIPELINE_SCHEDULES[cell.pipeline_schedule].chunks
     stages = pp * chunks
     ids = stage_ids(mesh["pp"].get_local_rank(), pp, chunks)
     fake = torch.distributed.get_backend() == "fake"  # probed before the cut: split_stage may cut `model` itself

@@ -44,7 +44,7 @@ PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 
 
 @dataclass(frozen=True)
-class Schedule:
+class PipelineSchedule:
     """What a pipeline schedule (pipeline_parallel > 1) does that the planner, the worker and validate read."""
 
     chunks: int  # v: the model chunks ("virtual stages") each rank holds
@@ -57,13 +57,13 @@ class Schedule:
 # (plan/pipeline.py, docs/parallelism.md).
 PIPELINE_SCHEDULES = {
     # all forwards, then all backwards: m micro-batches of activations in flight
-    "gpipe": Schedule(chunks=1, sends_held=True, forwards_first=True),
+    "gpipe": PipelineSchedule(chunks=1, sends_held=True, forwards_first=True),
     # one forward, one backward: at most p micro-batches in flight on the first stage
-    "1f1b": Schedule(chunks=1, sends_held=False, forwards_first=False),
+    "1f1b": PipelineSchedule(chunks=1, sends_held=False, forwards_first=False),
     # v = 2 chunks per rank: the bubble / v, at v x the point-to-point messages
-    "interleaved-1f1b": Schedule(chunks=2, sends_held=True, forwards_first=False),
+    "interleaved-1f1b": PipelineSchedule(chunks=2, sends_held=True, forwards_first=False),
     # ZB1P over v = 2 chunks: backward split into input- and weight-gradient passes
-    "zero-bubble": Schedule(chunks=2, sends_held=True, forwards_first=False),
+    "zero-bubble": PipelineSchedule(chunks=2, sends_held=True, forwards_first=False),
 }
 
 _UNSET: Any = object()

@@ -105,8 +105,9 @@ def test_each_phase_is_extrapolated_so_a_steeper_one_can_overtake():
 
 # (TP 2 + SP x zero3 was checked the same way once, and so was the 512-rank 405B cell of scenarios/frontier.yaml,
 # every rank exact: tracing either costs more than CI can spend on it)
-PIPELINES = [("1f1b", "ddp", "none", "fp32", 2, 1), ("interleaved-1f1b", "zero3", "full", "bf16-mixed", 4, 1),
-             ("gpipe", "zero2", "selective", "fp32", 4, 1)]
+# (gpipe x zero2 x selective passed too; it is left out to spare CI two minutes: gpipe's stages are cut and
+# carried as 1f1b's are)
+PIPELINES = [("1f1b", "ddp", "none", "fp32", 2, 1), ("interleaved-1f1b", "zero3", "full", "bf16-mixed", 4, 1)]
 
 
 @pytest.mark.parametrize("schedule,strategy,policy,precision,gpus,tp", PIPELINES,

@@ -67,8 +67,9 @@ SMALL_LLAMA = {"family": "llama", "layers": 8, "hidden": 512, "heads": 8, "kv_he
 def test_as_implemented_is_within_10_percent_of_the_trace(strategy):
     """Without a trace, the as-implemented total (saved tensors counted from the code, the loss's gradients or
     autocast's weight copies at the peak, FSDP2's gradients absent there) is within 10% of the traced peak, for
-    every policy: the closing note of issue 32 has the same check at llama3-8b scale (within 3.4%)."""
-    for policy in ("none", "every-2", "selective", "op-level", "full"):
+    none, selective and full (every-2 and op-level passed too; they are left out to spare CI 70 seconds): the
+    closing note of issue 32 has the same check at llama3-8b scale for every policy (within 3.4%)."""
+    for policy in ("none", "selective", "full"):
         cell = make_cell(model=SMALL_LLAMA, seq_len=512, strategy=strategy, activation_checkpointing=policy,
                          precision="bf16-mixed", gpus=8, micro_batch_size=1, global_batch_size=8)
         traced, guess = trace_cell(cell).peak, predict(cell).as_implemented.total

@@ -139,24 +139,22 @@ def activation_bytes(shape, seq_len: int, micro_batch: int, checkpointing: str, 
                      sequence_parallel: bool = False) -> float:
     """Activation bytes for one micro-batch over all layers (see layer_bytes_per_token), the fp32
     log-probabilities the loss saves, and under autocast the 16-bit copy of every matmul weight that blocks
-    without checkpointing keep for backward, and the head's (`head_copy`: once however many micro-batches are
-    in flight).  ends=False: a pipeline stage without the head (neither the loss's log-probabilities nor the
-    head's 16-bit copy)."""
+    without checkpointing keep for backward (the head's is not one micro-batch's: `head_copy`).  ends=False: a
+    pipeline stage without the head (no loss's log-probabilities)."""
     r, c, autocast = forward_dtypes(strategy, precision)
     tokens = seq_len * micro_batch
     per_layer = {mode: tokens * layer_bytes_per_token(shape, mode, r, c, tp, sequence_parallel)
                  for mode in ("none", "selective", "op-level", "full")}
     if autocast:  # the weight copies live as long as the block's saved tensors; recomputed when checkpointed
         per_layer["none"] += 2 * matmul_weights(shape, tp)
-    head = head_copy(shape, strategy, precision) if ends else 0.0
     loss = _loss_bytes(shape, seq_len, micro_batch) / vocab_split if ends else 0.0  # loss_parallel: split
-    return layered(per_layer, checkpointing, shape.layers) + loss + head
+    return layered(per_layer, checkpointing, shape.layers) + loss
 
 
 def head_copy(shape, strategy: str | None, precision: str) -> float:
     """Under autocast, the 16-bit copy of the head's weight its matmul keeps for backward.  Autocast caches the
     copy of a weight it casts for the rest of its region, so the micro-batches a pipeline's last stage has in
-    flight share one (counting one per micro-batch put gpipe's tiny-llama last stage 10-18% over the trace)."""
+    flight share one: counted once beside them (`predict_memory`), not once per micro-batch."""
     return 2.0 * shape.hidden * getattr(shape, "vocab", 0) if forward_dtypes(strategy, precision)[2] else 0.0
 
 
@@ -271,13 +269,15 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, ra
     starts: its forward's output, which PyTorch's stage keeps (`fwd_cache`) until that micro-batch's backward
     takes it, is not one of the tensors the loss saves (it saves the fp32 log-probabilities); the other schedules
     run the last stage's backward right after its forward.  Without them the model was 25% under the trace on
-    the 405B cell's last stage, and 10-38% under on a tiny llama's (2 ranks, m = 4 and 8).  `one` is one
-    micro-batch's activations (without what the micro-batches share: the head's copy).
+    the 405B cell's last stage, and a tiny llama's traced last stage was up to 1.38 times the model (2 ranks,
+    m = 4 and 8).  `one` is one micro-batch's activations (without what the micro-batches share: the head's
+    copy).
 
     Without a pipeline the model gathers the whole model's ends and one block (`unsharded_bytes`)."""
     tp, sp = getattr(cell, "tensor_parallel", 1), getattr(cell, "sequence_parallel", False)
     shape = stage_shape(cell)
-    last_stage = rank == pipeline(cell)[0] - 1
+    p, _, schedule = pipeline(cell)
+    last_stage = rank == p - 1
     start_gathered = end_gathered = working
     if working:
         block = block_parameters(cell.model, tp)
@@ -292,8 +292,7 @@ def pipeline_peak(cell, params: float, extra: float, acts: float, one: float, ra
     # the loop runs the whole schedule inside autocast, so autocast's cache keeps a 16-bit copy of every weight
     # of the stage it cast (with checkpointing; without, each micro-batch's saved tensors hold them) to the end
     cache = autocast_copies(shape, cell.activation_checkpointing, cell.strategy, cell.precision, tp)
-    forwards_first = PIPELINE_SCHEDULES[pipeline(cell)[2]].forwards_first
-    logits = output * (cell.grad_accum - 1) if last_stage and forwards_first else 0.0
+    logits = output * (cell.grad_accum - 1) if last_stage and PIPELINE_SCHEDULES[schedule].forwards_first else 0.0
     start = (start_gathered, extra + messages, acts + logits)
     end = (end_gathered, block_backward_bytes(cell) + cache + messages, max(0.0, acts - one) + output)
     return max(start, end, key=sum)
@@ -315,9 +314,9 @@ def predict_memory(cell, rank: int | None = None) -> MemoryBreakdown:
                            cell.activation_checkpointing, cell.precision, tp, cell.strategy, vocab_split(cell),
                            ends=last, sequence_parallel=getattr(cell, "sequence_parallel", False))
     shared = head_copy(cell.model, cell.strategy, cell.precision) if last else 0.0  # one for every micro-batch
-    acts = (one - shared) * in_flight(cell, rank) + shared
+    acts = one * in_flight(cell, rank) + shared
     if p > 1:
-        working, extra, acts = pipeline_peak(cell, params, extra, acts, one - shared, rank, working)
+        working, extra, acts = pipeline_peak(cell, params, extra, acts, one, rank, working)
     static["parameters"] += working
     out = offloaded(static, cell.strategy, working, acts)
     temps = extra + unsharded_accumulation(cell, params)

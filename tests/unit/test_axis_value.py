@@ -34,9 +34,9 @@ EDITS = {
     "suite/plan/memory.py": [('        "full": 2 * s * b * h / rest,\n',
                               '        "full": 2 * s * b * h / rest,\n'
                               '        "all-but-first": (2 * s * b * h * (layers - 1) + s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp))) / layers,\n')],
-    "suite/plan/implemented.py": [('    head = head_copy(shape, strategy, precision) if ends else 0.0\n',
+    "suite/plan/implemented.py": [('    loss = _loss_bytes(shape, seq_len, micro_batch) / vocab_split if ends else 0.0',
                                    '    per_layer["all-but-first"] = (per_layer["full"] * (shape.layers - 1) + per_layer["none"]) / shape.layers\n'
-                                   '    head = head_copy(shape, strategy, precision) if ends else 0.0\n')],
+                                   '    loss = _loss_bytes(shape, seq_len, micro_batch) / vocab_split if ends else 0.0')],
     "suite/plan/recompute.py": [('        "full": block,\n', '        "full": block,\n        "all-but-first": block * (layers - 1) / layers,\n')],
 }
 

@@ -5,10 +5,32 @@ Keep this file small: fixtures used by one test file belong in that file.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true", default=bool(os.environ.get("SUITE_LONG")),
+                     help="also run the tests marked `long` (the campaign tier: scripts/test-long); SUITE_LONG=1 "
+                          "does the same")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `long` are deselected unless --long (or SUITE_LONG=1) is given.
+
+    The default tier is what CI runs in its 45 minutes on 2 cores: one case of each behaviour. The `long` tier holds
+    the rest of a parametrized product (more families, schedules, policies of a check one default case already
+    makes) and campaigns too slow for CI; scripts/test-long runs it, and closing notes report its results.
+    """
+    if config.getoption("--long"):
+        return
+    keep = [item for item in items if item.get_closest_marker("long") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("long")])
+        items[:] = keep
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """A planted slowdown end to end: two runs of a 2-cell scenario with 3 interleaved repeats each, the second
-with one cell slowed x2 (SUITE_FAULT <cell>:slow=2), judged by `suite compare` on the repeats' spread.
+with one cell slowed x4 (SUITE_FAULT <cell>:slow=4), judged by `suite compare` on the repeats' spread.
 
-The factor and the thresholds (20%) are wide so the test holds on any CI machine; how small a slowdown is
+The factor and the thresholds (20%) are wide so the test holds on any CI machine (a busy CI machine measured a
+26% run-to-run sd over 3+3 repeats, which hid a planted x2: +73% against a detectable 109%); how small a slowdown is
 caught at the default settings, and how often identical runs raise a false alarm, is the campaign's question
 (scripts/noise-campaign, scripts/noise-report; numbers in docs/compare.md)."""
 
@@ -37,7 +38,7 @@ def test_a_planted_slowdown_is_flagged_and_only_there(tmp_path):
     path = write(tmp_path / "planted.yaml", SCENARIO)
     short, long = sorted(load_cells(str(path))[1], key=lambda c: c.seq_len)
     results = tmp_path / "results"
-    for name, fault in (("base", ""), ("cur", f"{long.id}:slow=2")):
+    for name, fault in (("base", ""), ("cur", f"{long.id}:slow=4")):
         run = run_cli(["run", str(path), "--results", str(results / name), "--shuffle", "1"], tmp_path,
                       env(SUITE_FAULT=fault))
         assert run.returncode == 0, run.stderr[-3000:]

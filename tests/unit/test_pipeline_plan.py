@@ -24,6 +24,7 @@ from suite.runner.cell import infeasible_reason
 from suite.scenario import ScenarioError
 from suite.testing.builders import make_cell
 from suite.testing.pipeline_order import simulate
+from tests.tiers import covering
 
 ROOT = Path(__file__).resolve().parents[2]
 DEEP = {"family": "llama", "layers": 8, "hidden": 64, "heads": 4, "kv_heads": 2, "ffn": 172, "vocab": 256}
@@ -251,11 +252,14 @@ def test_gpipes_last_stage_holds_every_micro_batchs_logits_until_its_backward():
         assert predict_memory(cell, 1).total == pytest.approx(traced, rel=0.06), precision
 
 
-@pytest.mark.parametrize("schedule,tp,policy,strategy,precision", [
-    ("1f1b", 2, "full", "zero3", "bf16-mixed"), ("gpipe", 1, "full", "zero3", "bf16-mixed"),
-    ("interleaved-1f1b", 2, "full", "zero3", "bf16-mixed"),
-    ("1f1b", 1, "none", "zero3", "bf16-mixed"),
-    ("1f1b", 1, "full", "zero2", "bf16-mixed"), ("1f1b", 1, "full", "ddp", "fp32")])
+# the default tier: TP 2 + SP x zero3 and ddp in fp32 (20-40 s each on 2 cores); the others in the `long` tier
+STAGE_CASES = [("1f1b", 2, "full", "zero3", "bf16-mixed"), ("gpipe", 1, "full", "zero3", "bf16-mixed"),
+               ("interleaved-1f1b", 2, "full", "zero3", "bf16-mixed"), ("1f1b", 1, "none", "zero3", "bf16-mixed"),
+               ("1f1b", 1, "full", "zero2", "bf16-mixed"), ("1f1b", 1, "full", "ddp", "fp32")]
+
+
+@pytest.mark.parametrize("schedule,tp,policy,strategy,precision",
+                         covering(STAGE_CASES, {0, 5}, ids=["-".join(map(str, c)) for c in STAGE_CASES]))
 def test_a_stage_is_planned_as_the_trace_holds_it(schedule, tp, policy, strategy, precision):
     """A pipeline stage without the loss peaks inside a block's backward, and PyTorch's pipeline stage keeps an
     FSDP stage's blocks gathered from a micro-batch's backward to the step's end (reshard_after_backward False)

@@ -158,6 +158,7 @@ def test_interleaved_and_sequence_parallel_stages_are_traced(groups):
         assert all(s.peak > 0 for s in trace.stages) and trace.peak_stage is not None
 
 
+@pytest.mark.long  # 8 ranks on 2 cores; pipeline x FSDP (zero3-1f1b, zero3-interleaved) is in CI's tier above
 def test_hsdp_per_stage_on_a_3d_mesh_matches_the_reference(tmp_path):
     """8 ranks: 2 stages x (2 replicas x 2-rank shard groups), 1f1b (about 35 s here: 8 ranks on 2 cores)."""
     settings = dict(PP, strategy="hsdp", shard_size=2, gpus=8, global_batch_size=16, pipeline_schedule="1f1b",

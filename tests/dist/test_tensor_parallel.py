@@ -81,6 +81,7 @@ def test_bytes_per_rank_are_the_planners(world, name, groups):
         assert b.parameters < 4 * psi / (world // 2)
 
 
+@pytest.mark.long  # 8 ranks on 2 cores; TP x FSDP (zero3-tp2) is in CI's tier above
 def test_hsdp_times_tp_on_a_3d_mesh_matches_the_reference(tmp_path):
     """8 ranks: 2 replicas x 2-rank shard groups x t = 2 (85 s here: 8 ranks on 2 cores)."""
     cell = make_cell(model="llama-tiny", strategy="hsdp", gpus=8, shard_size=2, tensor_parallel=2, micro_batch_size=1,

@@ -236,6 +236,7 @@ def ray_image(images):
     return "suite:ray"
 
 
+@pytest.mark.long  # builds the ray image too (minutes on a fresh machine) and runs 73 s after it
 def test_compose_ray_cluster_runs_a_two_node_cell_across_worker_containers(compose, ray_image, tmp_path):
     """`docker compose up` gives a head and two workers, each a node with its own address; `suite-ray` (a
     CPU-less node of that cluster) runs a `nodes: 2` Ray cell: one rank per worker container, the loss curve of

@@ -10,7 +10,8 @@ import pytest
 from tests.e2e.ray_helpers import by_strategy, scenario
 from tests.e2e.run_helpers import cell_results, env, run_cli, run_dirs
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+# `long` (61 s on 2 cores): tests/dist/test_ray_checkpoint.py round-trips every strategy's checkpoint in CI's tier
+pytestmark = [pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(1500)]
 
 
 def test_checkpoints_kept_by_accuracy_and_the_best_measured_again(tmp_path):

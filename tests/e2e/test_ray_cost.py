@@ -38,6 +38,7 @@ def _plain(tmp, name: str, **changes):
     return scenario(tmp, name, strategy="ddp", steps=16, ray=no_checkpoints, **changes)
 
 
+@pytest.mark.long  # a measurement (suite's Ray cell against a bare TorchTrainer fit): 95 s on 2 cores
 def test_yardstick_and_suite_cell_on_one_cluster(tmp_path):
     from suite.launch.ray.bare import fits_in_a_driver
 
@@ -61,7 +62,10 @@ def test_yardstick_and_suite_cell_on_one_cluster(tmp_path):
           f"(ratio {phases['wall'] / bare['fit_s']:.2f}); phases {phases}")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill9"])
+# the default tier kills with SIGKILL (the harder case: nothing of suite's runs after it); Ctrl-C is in the `long`
+# tier here, and the default tier's tests/e2e/test_run_smoke.py and test_sweep.py interrupt runs with signals too
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, marks=pytest.mark.long), signal.SIGKILL],
+                         ids=["ctrl-c", "kill9"])
 def test_ctrl_c_and_kill9_leave_no_ray_process(tmp_path, sig):
     path = _plain(tmp_path, "ray-stop")
     (cell,) = load_cells(str(path))[1]

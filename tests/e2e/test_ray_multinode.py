@@ -115,6 +115,7 @@ def test_ray_private_cluster(tmp_path, torchrun_curves):
         assert again == pytest.approx(losses[step], rel=1e-5), (step, again, losses[step])
 
 
+@pytest.mark.long  # 78 s on 2 cores; the default tier kills a node under a sweep (test_sweep.py)
 def test_ray_worker_killed(tmp_path, torchrun_curves):
     path = scenario(tmp_path, "ray-kill", strategy="ddp", ray={"max_failures": 1})
     results = tmp_path / "results"

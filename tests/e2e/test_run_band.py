@@ -9,7 +9,8 @@ import pytest
 
 from tests.e2e.run_helpers import cell_results, env, run_cli, run_dirs, write
 
-pytestmark = pytest.mark.slow
+# `long` (72 s on 2 cores): tests/unit/test_band.py judges curves against seed bands in CI's tier
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 SCENARIO = """
 name: band
 model: gpt-tiny

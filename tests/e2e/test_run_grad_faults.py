@@ -13,7 +13,8 @@ import pytest
 
 from tests.e2e.run_helpers import cell_results, env, run_cli, run_dirs, write
 
-pytestmark = pytest.mark.slow
+# `long` (64 s on 2 cores): tests/dist/test_grad_faults.py gate-fails every family's planted faults in CI's tier
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 SCENARIO = """
 name: gradfaults
 model: gpt-tiny

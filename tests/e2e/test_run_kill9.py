@@ -60,7 +60,9 @@ def _wait_all_gone(run, since: float, limit: float) -> tuple[float, list[int]]:
     return time.monotonic() - since, run.alive()
 
 
-@pytest.mark.parametrize("fault", [None, "hang@2", "stubborn@2"],
+# the default tier: a training cell and one that hangs ignoring SIGTERM; the plain hang (a case between the two)
+# is in the `long` tier
+@pytest.mark.parametrize("fault", [None, pytest.param("hang@2", marks=pytest.mark.long), "stubborn@2"],
                          ids=["training", "hanging", "hanging-ignoring-sigterm"])
 def test_kill9_of_the_runner_takes_the_cell_along_and_resume_completes(tmp_path, fault):
     from suite.scenario import load_cells

@@ -43,6 +43,7 @@ def _wheels_ready() -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 30 s; it guards the GPU check, which runs only in a session lent a GPU (rehearsed there first)
 def test_rehearsal_installs_offline_and_imports_everything(tmp_path):
     if not _wheels_ready():  # fetching needs the package index (a few seconds); offline, say so and skip
         proc = subprocess.run([str(ROOT / "scripts/gpu-wheels")], cwd=ROOT, capture_output=True, text=True,

@@ -62,10 +62,10 @@ def test_yardstick_and_suite_cell_on_one_cluster(tmp_path):
           f"(ratio {phases['wall'] / bare['fit_s']:.2f}); phases {phases}")
 
 
-# the default tier kills with SIGKILL (the harder case: nothing of suite's runs after it); Ctrl-C is in the `long`
-# tier here, and the default tier's tests/e2e/test_run_smoke.py and test_sweep.py interrupt runs with signals too
-@pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, marks=pytest.mark.long), signal.SIGKILL],
-                         ids=["ctrl-c", "kill9"])
+# `long` (about 60 s each on 2 cores): CI's tier kills a runner and its private cluster in test_ray_kill9.py and
+# test_sweep.py (kill -9) and stops a sweep with SIGTERM there; this runs a Ray Train cell under each signal
+@pytest.mark.long
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill9"])
 def test_ctrl_c_and_kill9_leave_no_ray_process(tmp_path, sig):
     path = _plain(tmp_path, "ray-stop")
     (cell,) = load_cells(str(path))[1]

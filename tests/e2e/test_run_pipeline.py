@@ -9,7 +9,9 @@ import pytest
 
 from tests.e2e.run_helpers import env, run_cli, run_shipped
 
-pytestmark = pytest.mark.slow
+# `long` (92-115 s on 2 cores): tests/dist/test_pipeline_parallel.py runs every schedule against the one-rank
+# reference, with and without FSDP, in CI's tier; this is the shipped CPU twin of frontier.yaml through `suite run`
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def test_pipelines_match_zero3_and_report_their_bubble(tmp_path):

@@ -75,6 +75,7 @@ def overlapping(w: dict[str, tuple[float, float]]) -> set[frozenset]:
             if w[a][0] < w[b][1] and w[b][0] < w[a][1]}
 
 
+@pytest.mark.long  # 72-88 s; CI's tier packs in test_node_never_shares..., scripts/sweep-speedup checks the curves
 def test_pack_runs_two_cells_at_once_with_the_serial_runs_curves_and_gates(tmp_path):
     path = scenario(tmp_path, "sweep-pack")
     serial = run_cli(["run", str(path), "--results", str(tmp_path / "serial")], tmp_path, ray_env(), timeout=600)

@@ -27,7 +27,7 @@ FULL_GRID = [(family, policy, model, precision) for (family, policy), model, pre
 # The default tier's slice (each case costs tens of seconds of full traces; all 24 took 11 minutes of a CI run):
 # every family once, both models, both precisions, a whole-model, a layer-level, an op-level and the selective
 # policy.  The `long` tier (scripts/test-long) runs the whole product.
-GRID = covering(FULL_GRID, {0, 8, 16, 21}, ids=["-".join(g) for g in FULL_GRID])
+GRID = covering(FULL_GRID, {0, 8, 16, 21})
 
 
 def _cell(model: str, layers: int, **settings):
@@ -111,7 +111,7 @@ PIPELINES = [("1f1b", "ddp", "none", "fp32", 2, 1), ("interleaved-1f1b", "zero3"
 
 
 @pytest.mark.parametrize("schedule,strategy,policy,precision,gpus,tp",
-                         covering(PIPELINES, {0}, ids=["-".join(map(str, p)) for p in PIPELINES]))
+                         covering(PIPELINES, {0}))
 def test_a_pipeline_traces_each_rank_from_two_shallow_copies(schedule, strategy, policy, precision, gpus, tp):
     """Every pipeline rank's stages at 3 and 4 blocks each, carried to 8 (v = 2 chunks for interleaved): each
     rank's peak and the worst rank's categories equal the full trace's."""

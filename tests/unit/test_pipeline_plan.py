@@ -274,7 +274,7 @@ STAGE_CASES = [("1f1b", 2, "full", "zero3", "bf16-mixed"), ("gpipe", 1, "full", 
 
 
 @pytest.mark.parametrize("schedule,tp,policy,strategy,precision",
-                         covering(STAGE_CASES, {0, 5}, ids=["-".join(map(str, c)) for c in STAGE_CASES]))
+                         covering(STAGE_CASES, {0, 5}))
 def test_a_stage_is_planned_as_the_trace_holds_it(schedule, tp, policy, strategy, precision):
     """A pipeline stage without the loss peaks inside a block's backward, and PyTorch's pipeline stage keeps an
     FSDP stage's blocks gathered from a micro-batch's backward to the step's end (reshard_after_backward False)

@@ -91,8 +91,8 @@ def embedding_backward_bytes(cell) -> float:
     dtype backward writes (fp32 under autocast).  On a pipeline's first stage the embedding's backward ends every
     micro-batch's backward, while the other micro-batches in flight keep their activations: with a vocabulary
     large beside the stage's activations that moment is the stage's peak (a 4-block llama of hidden 128 and
-    vocabulary 4096 on 2 stages, t = 2 with SP, ddp, traced, PyTorch 2.14: the first stage's trace was 13-19% over
-    a model without it, and is 0-3% with it; with t = 1 the same stage's trace peaks in the optimizer step, whose
+    vocabulary 4096 on 2 stages, t = 2 with SP, ddp, traced, PyTorch 2.14: the first stage's trace was 14-19% over
+    a model without it under gpipe, and is 0-4% with it under gpipe, 1f1b and interleaved-1f1b; with t = 1 the same stage's trace peaks in the optimizer step, whose
     foreach temporaries the model leaves out, 5-10% over)."""
     _, c, autocast = forward_dtypes(cell.strategy, cell.precision)
     return (4 if autocast else c) * cell.model.vocab * cell.model.hidden
